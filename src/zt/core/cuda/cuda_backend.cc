@@ -1,0 +1,82 @@
+// CUDA runtime calls behind core/device.h: device queries, streams, events, copies.
+#include "zt/core/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include "zt/core/cuda/cuda_check.h"
+
+namespace zt::cuda {
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: report zero, clear the sticky error
+    return 0;
+  }
+  return n;
+}
+
+std::string device_name(int index) {
+  cudaDeviceProp prop{};
+  ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  return prop.name;
+}
+
+void set_device(int index) { ZT_CUDA_CHECK(cudaSetDevice(index)); }
+
+void* stream_create(int device) {
+  ZT_CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t s = nullptr;
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void stream_synchronize(void* stream) {
+  ZT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
+void* event_create(int device) {
+  ZT_CUDA_CHECK(cudaSetDevice(device));
+  cudaEvent_t e = nullptr;
+  ZT_CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+
+void event_destroy(void* event) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+void event_record(void* event, void* stream) {
+  ZT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+
+void event_wait(void* event, void* stream) {
+  ZT_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                    static_cast<cudaEvent_t>(event), 0));
+}
+
+void event_synchronize(void* event) {
+  ZT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+float event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start),
+                                     static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream) {
+  static constexpr cudaMemcpyKind kKinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                              cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
+  ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kKinds[kind], static_cast<cudaStream_t>(stream)));
+}
+
+void memset_async(void* dst, size_t bytes, void* stream) {
+  ZT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, static_cast<cudaStream_t>(stream)));
+}
+
+void device_synchronize(int device) {
+  ZT_CUDA_CHECK(cudaSetDevice(device));
+  ZT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace zt::cuda

@@ -1,0 +1,35 @@
+// The CUDA side of core/device.h, declared without CUDA headers so core/device.cc can call it.
+// Implemented in cuda_backend.cc and caching_allocator.cc (which include cuda_runtime.h).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "zt/core/device.h"
+
+namespace zt::cuda {
+
+int device_count();
+std::string device_name(int index);
+void set_device(int index);
+void* stream_create(int device);
+void stream_synchronize(void* stream);
+void* event_create(int device);
+void event_destroy(void* event);
+void event_record(void* event, void* stream);
+void event_wait(void* event, void* stream);
+void event_synchronize(void* event);
+float event_elapsed_ms(void* start, void* end);
+
+void* cache_allocate(int device, size_t bytes, void* stream);
+void cache_free(int device, void* ptr, size_t bytes);
+AllocatorStats cache_stats(int device);
+void cache_reset_peak(int device);
+void cache_empty(int device);
+
+// kind: 0 host->device, 1 device->host, 2 device->device, 3 host->host.
+void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);
+void memset_async(void* dst, size_t bytes, void* stream);
+void device_synchronize(int device);
+
+}  // namespace zt::cuda

@@ -1,0 +1,258 @@
+#include "zt/core/device.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "zt/build_config.h"
+#include "zt/core/assert.h"
+#if ZT_HAVE_CUDA
+#include "zt/core/cuda/cuda_backend.h"
+#endif
+
+namespace zt {
+namespace {
+
+struct CpuStats {
+  std::mutex mu;
+  AllocatorStats stats;
+};
+CpuStats& cpu_stats() {
+  static CpuStats s;
+  return s;
+}
+
+double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+[[noreturn]] [[maybe_unused]] void no_cuda() {
+  ZT_ASSERT(false, "CUDA device used in a build without CUDA (device_check should have refused it)");
+  std::abort();
+}
+
+}  // namespace
+
+std::string Device::str() const {
+  return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
+}
+
+Result<Device> device_parse(std::string_view s) {
+  if (s == "cpu") return Device::cpu();
+  if (s == "cuda" || s == "gpu") return Device::cuda(0);
+  if (s.starts_with("cuda:")) {
+    std::string idx(s.substr(5));
+    char* end = nullptr;
+    long v = std::strtol(idx.c_str(), &end, 10);
+    if (!idx.empty() && *end == '\0' && v >= 0 && v < 1024) return Device::cuda(static_cast<int>(v));
+  }
+  return invalid_argument("unknown device '{}'; expected cpu, cuda or cuda:N", s);
+}
+
+bool cuda_built() { return ZT_HAVE_CUDA != 0; }
+
+int cuda_device_count() {
+#if ZT_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+std::string cuda_device_name(int index) {
+#if ZT_HAVE_CUDA
+  return cuda::device_name(index);
+#else
+  return "";
+#endif
+}
+
+Status device_check(Device d) {
+  if (d.is_cpu()) return Status::ok();
+  if (!cuda_built()) {
+    return unavailable("device {} requested, but this ZeroTrain was built without CUDA; rebuild "
+                       "with the CUDA toolkit installed or use --device cpu", d.str());
+  }
+  int n = cuda_device_count();
+  if (n == 0) {
+    return unavailable("device {} requested, but no CUDA GPU is visible (check nvidia-smi and "
+                       "CUDA_VISIBLE_DEVICES), or use --device cpu", d.str());
+  }
+  if (d.index >= n) {
+    return unavailable("device {} requested, but only {} CUDA GPU(s) are visible", d.str(), n);
+  }
+  return Status::ok();
+}
+
+Stream Stream::create(Device device) {
+  if (device.is_cpu()) return Stream(device, nullptr);
+#if ZT_HAVE_CUDA
+  return Stream(device, cuda::stream_create(device.index));
+#else
+  no_cuda();
+#endif
+}
+
+void Stream::synchronize() const {
+  if (device_.is_cpu()) return;
+#if ZT_HAVE_CUDA
+  cuda::stream_synchronize(handle_);
+#endif
+}
+
+Event::Event(Device device) : device_(device) {
+#if ZT_HAVE_CUDA
+  if (device.is_cuda()) handle_ = cuda::event_create(device.index);
+#endif
+}
+
+Event::~Event() {
+#if ZT_HAVE_CUDA
+  if (handle_ != nullptr) cuda::event_destroy(handle_);
+#endif
+}
+
+void Event::record(const Stream& stream) {
+  if (device_.is_cpu()) {
+    cpu_time_ms_ = now_ms();
+    return;
+  }
+#if ZT_HAVE_CUDA
+  cuda::event_record(handle_, stream.handle());
+#endif
+}
+
+void Event::wait(const Stream& stream) const {
+#if ZT_HAVE_CUDA
+  if (device_.is_cuda()) cuda::event_wait(handle_, stream.handle());
+#endif
+}
+
+void Event::synchronize() const {
+#if ZT_HAVE_CUDA
+  if (device_.is_cuda()) cuda::event_synchronize(handle_);
+#endif
+}
+
+float Event::elapsed_ms(const Event& end) const {
+  if (device_.is_cpu()) return static_cast<float>(end.cpu_time_ms_ - cpu_time_ms_);
+#if ZT_HAVE_CUDA
+  return cuda::event_elapsed_ms(handle_, end.handle_);
+#else
+  no_cuda();
+#endif
+}
+
+void* memory_allocate(Device d, size_t bytes, const Stream& stream) {
+  if (d.is_cuda()) {
+#if ZT_HAVE_CUDA
+    return cuda::cache_allocate(d.index, bytes, stream.handle());
+#else
+    no_cuda();
+#endif
+  }
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (rounded == 0) rounded = 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (p == nullptr) throw std::bad_alloc();
+  auto& s = cpu_stats();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.stats.allocated_bytes += rounded;
+  s.stats.reserved_bytes += rounded;
+  s.stats.system_allocs++;
+  if (s.stats.allocated_bytes > s.stats.peak_allocated_bytes) {
+    s.stats.peak_allocated_bytes = s.stats.allocated_bytes;
+  }
+  return p;
+}
+
+void memory_free(Device d, void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+  if (d.is_cuda()) {
+#if ZT_HAVE_CUDA
+    cuda::cache_free(d.index, ptr, bytes);
+    return;
+#else
+    no_cuda();
+#endif
+  }
+  std::free(ptr);
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (rounded == 0) rounded = 64;
+  auto& s = cpu_stats();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.stats.allocated_bytes -= rounded;
+  s.stats.reserved_bytes -= rounded;
+}
+
+void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
+                 const Stream& stream) {
+  if (bytes == 0) return;
+  if (dst_dev.is_cpu() && src_dev.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if ZT_HAVE_CUDA
+  int kind = src_dev.is_cpu() ? 0 : (dst_dev.is_cpu() ? 1 : 2);
+  cuda::memcpy_async(dst, src, bytes, kind, stream.handle());
+  // Copies that touch host memory complete before returning, so host buffers are safe to reuse.
+  if (kind != 2) cuda::stream_synchronize(stream.handle());
+#else
+  no_cuda();
+#endif
+}
+
+void memory_zero(void* dst, Device d, size_t bytes, const Stream& stream) {
+  if (bytes == 0) return;
+  if (d.is_cpu()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+#if ZT_HAVE_CUDA
+  cuda::memset_async(dst, bytes, stream.handle());
+#else
+  no_cuda();
+#endif
+}
+
+void device_synchronize(Device d) {
+#if ZT_HAVE_CUDA
+  if (d.is_cuda()) cuda::device_synchronize(d.index);
+#endif
+}
+
+AllocatorStats allocator_stats(Device d) {
+  if (d.is_cuda()) {
+#if ZT_HAVE_CUDA
+    return cuda::cache_stats(d.index);
+#else
+    return {};
+#endif
+  }
+  auto& s = cpu_stats();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.stats;
+}
+
+void allocator_reset_peak(Device d) {
+  if (d.is_cuda()) {
+#if ZT_HAVE_CUDA
+    cuda::cache_reset_peak(d.index);
+#endif
+    return;
+  }
+  auto& s = cpu_stats();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.stats.peak_allocated_bytes = s.stats.allocated_bytes;
+}
+
+void allocator_empty_cache(Device d) {
+#if ZT_HAVE_CUDA
+  if (d.is_cuda()) cuda::cache_empty(d.index);
+#endif
+}
+
+}  // namespace zt

@@ -1,0 +1,94 @@
+// Devices ("cpu", "cuda:N"), streams and events, and the raw memory operations every layer above
+// uses. CUDA work is forwarded to core/cuda/ (the only files here that include CUDA headers); in a
+// build without CUDA, asking for a CUDA device is a user error that says so.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "zt/core/status.h"
+
+namespace zt {
+
+enum class DeviceKind : unsigned char { kCpu, kCuda };
+
+struct Device {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;
+
+  static constexpr Device cpu() { return {DeviceKind::kCpu, 0}; }
+  static constexpr Device cuda(int i = 0) { return {DeviceKind::kCuda, i}; }
+  bool is_cpu() const { return kind == DeviceKind::kCpu; }
+  bool is_cuda() const { return kind == DeviceKind::kCuda; }
+  std::string str() const;
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+// "cpu", "cuda", "cuda:N", "gpu". Does not check that the device exists (see device_check).
+Result<Device> device_parse(std::string_view s);
+// Ok when `d` can be used in this process: built with CUDA, a driver, and index < count.
+Status device_check(Device d);
+bool cuda_built();
+int cuda_device_count();  // 0 without a CUDA build or device
+std::string cuda_device_name(int index);
+
+// A stream of work on a device. On the CPU every operation is synchronous and the handle is null.
+// A default-constructed Stream is the device's default (legacy) stream.
+class Stream {
+ public:
+  Stream() = default;
+  Stream(Device device, void* handle) : device_(device), handle_(handle) {}
+  // Creates a new non-blocking stream on `device` (a null stream on the CPU). Not owned: streams
+  // live for the process (they are few: compute, communication, copy).
+  static Stream create(Device device);
+  Device device() const { return device_; }
+  void* handle() const { return handle_; }
+  void synchronize() const;
+
+ private:
+  Device device_ = Device::cpu();
+  void* handle_ = nullptr;
+};
+
+// A CUDA event (timing enabled); on the CPU it records wall-clock time.
+class Event {
+ public:
+  explicit Event(Device device);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(const Stream& stream);
+  void wait(const Stream& stream) const;  // `stream` waits for this event
+  void synchronize() const;
+  float elapsed_ms(const Event& end) const;  // time from this event to `end`
+
+ private:
+  Device device_;
+  void* handle_ = nullptr;
+  double cpu_time_ms_ = 0;
+};
+
+// Raw memory. Device memory comes from the caching allocator: freed blocks are reused for later
+// requests of the stream they were freed on, so a training step after the first makes no
+// cudaMalloc/cudaFree calls. CPU memory is 64-byte aligned.
+void* memory_allocate(Device d, size_t bytes, const Stream& stream = {});
+void memory_free(Device d, void* ptr, size_t bytes);
+void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
+                 const Stream& stream = {});
+void memory_zero(void* dst, Device d, size_t bytes, const Stream& stream = {});
+void device_synchronize(Device d);
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // in use by tensors now
+  size_t reserved_bytes = 0;        // held from the system (in use + cached)
+  size_t peak_allocated_bytes = 0;  // high-water mark of allocated_bytes
+  size_t system_allocs = 0;         // cudaMalloc / aligned_alloc calls so far
+};
+AllocatorStats allocator_stats(Device d);
+void allocator_reset_peak(Device d);
+// Returns cached, unused device blocks to the system.
+void allocator_empty_cache(Device d);
+
+}  // namespace zt
