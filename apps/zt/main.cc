@@ -1,1 +1,58 @@
-int main() { return 0; }
+// `zt`: the ZeroTrain command-line tool. One binary, subcommands as DESIGN.md lists them.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "zt/build_config.h"
+#include "zt/core/device.h"
+#include "zt/launcher/launch.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(zt — ZeroTrain: DeepSpeed-compatible training, one native binary.
+
+Usage: zt <command> [options]
+
+Commands:
+  train     Train a GPT model from a ds_config.json (zt train --help)
+  launch    Start a multi-process job, like `deepspeed` (zt launch --help)
+  config    Check a ds_config.json and print it fully resolved (zt config check FILE)
+  data      Make token files from text (zt data prepare FILES... -o OUT)
+
+Options:
+  --version   Print the version and build facts
+  --help      This help
+)";
+
+int print_version() {
+  std::printf("zt %s (CUDA %s, %d GPU(s) visible)\n", ZT_VERSION_STRING,
+              zt::cuda_built() ? "built" : "not built", zt::cuda_device_count());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "version") return print_version();
+  const std::string cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  try {
+    if (cmd == "train") return zt::cli::cmd_train(rest);
+    if (cmd == "config") return zt::cli::cmd_config(rest);
+    if (cmd == "data") return zt::cli::cmd_data(rest);
+    if (cmd == "launch") return zt::launcher::launch_main(rest);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zt: error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, launch, config, data (see zt --help)\n",
+               cmd.c_str());
+  return 2;
+}

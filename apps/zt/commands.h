@@ -1,0 +1,21 @@
+// The `zt` subcommands. Each takes the arguments after its name and returns the exit code;
+// user mistakes print one line ("zt: error: ...") and return non-zero.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "zt/core/status.h"
+
+namespace zt::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_train(const Args& args);
+int cmd_config(const Args& args);
+int cmd_data(const Args& args);
+
+// Prints "zt: error: <message>" to stderr and returns 1 (2 for usage errors).
+int fail(const Status& status);
+
+}  // namespace zt::cli

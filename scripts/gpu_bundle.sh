@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the CUDA binaries here (no GPU needed to compile) and bundles them, with the shared
+# libraries they need that a stock CUDA machine may lack (Gloo and its dependencies), into
+# gpu_bundle/ (git-ignored). scripts/gpu_check.sh runs the bundle on the GPU machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${ZT_GPU_BUILD_DIR:-build-gpu}
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+cmake --build "$build_dir" -j "$(nproc)" --target zt_cli zt_gpu_tests zt_bench_gpt2 zt_unit_tests
+rm -rf gpu_bundle
+mkdir -p gpu_bundle/bin gpu_bundle/lib
+cp "$build_dir"/bin/zt "$build_dir"/bin/zt_bench_gpt2 gpu_bundle/bin/
+cp "$build_dir"/tests/zt_gpu_tests "$build_dir"/tests/zt_unit_tests gpu_bundle/bin/
+strip gpu_bundle/bin/*
+# Libraries outside glibc/libstdc++/CUDA that the binaries load.
+for b in gpu_bundle/bin/*; do
+  ldd "$b" | awk '/=>/ {print $3}'
+done | sort -u | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libcuda|libcudart|libcublas|libnccl|libpthread|libdl\.so|librt\.so' |
+  while read -r lib; do cp -L "$lib" gpu_bundle/lib/; done
+du -sh gpu_bundle

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages ZeroTrain builds against, if any are missing, and says which.
+# Nothing else is downloaded. The CUDA toolkit is optional: with nvcc at /usr/local/cuda (or on
+# PATH) the CUDA code is built too.
+set -euo pipefail
+
+packages=(cmake g++ ninja-build pkg-config nlohmann-json3-dev libfmt-dev libopenblas-dev
+          libgtest-dev libgmock-dev libgloo-dev)
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "zerotrain: all build dependencies are installed"
+  exit 0
+fi
+
+echo "zerotrain: installing missing Debian packages: ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo_cmd=(sudo)
+  else
+    echo "zerotrain: error: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "zerotrain: installed ${missing[*]}"

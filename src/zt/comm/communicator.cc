@@ -1,0 +1,94 @@
+// Communicator helpers and the backend choice (communicator.h). The rendezvous store is created
+// here, so every backend gets a connected one: rank 0 serves it and keeps serving for the life of
+// the communicator that owns it.
+#include "zt/comm/communicator.h"
+
+#include "zt/build_config.h"
+#include "zt/comm/gloo/gloo_communicator.h"
+#include "zt/comm/store/tcp_store.h"
+#include "zt/comm/stub/stub_communicator.h"
+#include "zt/core/log.h"
+#if ZT_HAVE_CUDA
+#include "zt/comm/nccl/nccl_communicator.h"
+#endif
+
+namespace zt {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kAvg:
+      return "avg";
+  }
+  return "?";
+}
+
+bool comm_dtype_supported(DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
+    case DType::f64:
+    case DType::i32:
+    case DType::i64:
+    case DType::u8:
+      return true;
+    case DType::u16:
+      return false;  // token ids only; no backend has it natively
+  }
+  return false;
+}
+
+CommHandle CommHandle::ready(Status status) {
+  class ReadyWork final : public CommWork {
+   public:
+    explicit ReadyWork(Status s) : status_(std::move(s)) {}
+    Status wait() override { return status_; }
+
+   private:
+    Status status_;
+  };
+  if (status.is_ok()) return CommHandle();
+  return CommHandle(std::make_shared<ReadyWork>(std::move(status)));
+}
+
+Status CommHandle::wait() {
+  return work_ ? work_->wait() : Status::ok();
+}
+
+std::string comm_failure_message(std::string_view op, int rank, int world_size,
+                                 std::string_view what) {
+  return fmt::format("{} on rank {} of {} failed: {}", op, rank, world_size, what);
+}
+
+Result<std::unique_ptr<Communicator>> communicator_create(const DistEnv& env, Device device) {
+  ZT_RETURN_IF_ERROR(device_check(device));
+  if (env.world_size == 1) return stub_communicator_create(device);
+  TcpStoreOptions options{.host = env.master_addr,
+                          .port = env.master_port,
+                          .token = env.job_token,
+                          .timeout = env.timeout,
+                          .rank = env.rank,
+                          .role = env.rank == 0 ? StoreRole::kServerAndClient : StoreRole::kClient};
+  auto store_or = TcpStore::connect(options);
+  if (!store_or.is_ok()) {
+    return store_or.status().with_context(
+        fmt::format("rendezvous of rank {} of {}: ", env.rank, env.world_size));
+  }
+  std::shared_ptr<TcpStore> store = std::move(store_or).value();
+  if (device.is_cuda()) {
+#if ZT_HAVE_CUDA
+    return nccl_communicator_create(env, device, std::move(store));
+#else
+    ZT_ASSERT(false, "device_check accepted a CUDA device in a build without CUDA");
+#endif
+  }
+  return gloo_communicator_create(env, std::move(store));
+}
+
+}  // namespace zt

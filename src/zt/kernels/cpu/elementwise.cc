@@ -1,0 +1,159 @@
+// CPU reference of the elementwise helpers (contract in kernels/ops.h): dtype casts among the
+// float types, scaling, the inf/nan check of a scaled gradient, and the sum of squares for the
+// global gradient norm. Assumes contiguous CPU tensors. 16-bit values are converted through
+// zt/core/half.h (round to nearest even); f64 -> bf16/f16 rounds through f32, as PyTorch does.
+// Arithmetic is f64 for f64 tensors and f32 otherwise, as the CUDA kernels compute.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "zt/core/half.h"
+#include "zt/kernels/cpu/cpu_ops.h"
+
+namespace zt::kernels::cpu {
+namespace {
+
+// Loops with less work than this (element operations) run on one thread: waking the OpenMP
+// team costs more than it saves, and tiny ops are common (finite-difference tests, small
+// models).
+constexpr int64_t kParallelMinWork = int64_t{1} << 15;
+
+template <typename T>
+using MathType = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <typename T>
+MathType<T> elem_load(T x) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    return bf16_to_float(x);
+  } else if constexpr (std::is_same_v<T, f16_t>) {
+    return f16_to_float(x);
+  } else {
+    return x;
+  }
+}
+
+template <typename T, typename V>
+T elem_store(V x) {
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    return float_to_bf16(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<T, f16_t>) {
+    return float_to_f16(static_cast<float>(x));
+  } else {
+    return static_cast<T>(x);
+  }
+}
+
+// Calls f(T{}) with T the host type of the float dtype `dt`.
+template <typename F>
+void float_dtype_visit(DType dt, const char* op, F&& f) {
+  switch (dt) {
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::f64:
+      f(double{});
+      return;
+    case DType::bf16:
+      f(bf16_t{});
+      return;
+    case DType::f16:
+      f(f16_t{});
+      return;
+    default:
+      ZT_ASSERT(false, "{}: dtype {} is not a float type (f32, f64, bf16, f16)", op,
+                dtype_name(dt));
+  }
+}
+
+template <typename D, typename S>
+void cast_impl(D* dst, const S* src, int64_t n) {
+#pragma omp parallel for if (parallel : n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<D, S>) {
+      dst[i] = src[i];
+    } else if constexpr (std::is_same_v<S, double> || std::is_same_v<D, double>) {
+      dst[i] = elem_store<D>(static_cast<double>(elem_load(src[i])));
+    } else {
+      dst[i] = elem_store<D>(static_cast<float>(elem_load(src[i])));
+    }
+  }
+}
+
+// x *= scale; returns whether any scaled element is inf or nan (as stored, after rounding).
+template <typename T>
+bool scale_impl(T* x, float scale, int64_t n) {
+  const MathType<T> k = static_cast<MathType<T>>(scale);
+  int nonfinite = 0;
+#pragma omp parallel for reduction(| : nonfinite) if (parallel : n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = elem_store<T>(elem_load(x[i]) * k);
+    nonfinite |= std::isfinite(elem_load(x[i])) ? 0 : 1;
+  }
+  return nonfinite != 0;
+}
+
+template <typename T>
+double sum_squares_impl(const T* x, int64_t n) {
+  double sum = 0;
+#pragma omp parallel for reduction(+ : sum) if (parallel : n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = static_cast<double>(elem_load(x[i]));
+    sum += v * v;
+  }
+  return sum;
+}
+
+}  // namespace
+
+void cast(Tensor& dst, const Tensor& src, const Stream& s) {
+  ZT_ASSERT(dst.device().is_cpu() && src.device().is_cpu(),
+            "cast (cpu): both tensors must be on the CPU");
+  ZT_ASSERT(dst.numel() == src.numel(), "cast: dst {} and src {} differ in numel",
+            dst.shape().str(), src.shape().str());
+  float_dtype_visit(dst.dtype(), "cast", [&](auto d_tag) {
+    using D = decltype(d_tag);
+    float_dtype_visit(src.dtype(), "cast", [&](auto s_tag) {
+      using S = decltype(s_tag);
+      cast_impl(static_cast<D*>(dst.data()), static_cast<const S*>(src.data()), src.numel());
+    });
+  });
+}
+
+void scale_inplace(Tensor& x, float scale, const Stream& s) {
+  ZT_ASSERT(x.device().is_cpu(), "scale_inplace (cpu): x must be on the CPU");
+  float_dtype_visit(x.dtype(), "scale_inplace", [&](auto tag) {
+    using T = decltype(tag);
+    scale_impl(static_cast<T*>(x.data()), scale, x.numel());
+  });
+}
+
+void scale_check_nonfinite(Tensor& x, float scale, Tensor& found_nonfinite, const Stream& s) {
+  ZT_ASSERT(x.device().is_cpu() && found_nonfinite.device().is_cpu(),
+            "scale_check_nonfinite (cpu): both tensors must be on the CPU");
+  ZT_ASSERT(found_nonfinite.numel() == 1 && found_nonfinite.dtype() == DType::f32,
+            "scale_check_nonfinite: found_nonfinite {} {} must be (1) f32",
+            found_nonfinite.shape().str(), dtype_name(found_nonfinite.dtype()));
+  bool nonfinite = false;
+  float_dtype_visit(x.dtype(), "scale_check_nonfinite", [&](auto tag) {
+    using T = decltype(tag);
+    nonfinite = scale_impl(static_cast<T*>(x.data()), scale, x.numel());
+  });
+  // Set, never cleared: one flag collects the overflow of every gradient buffer of a step.
+  if (nonfinite) found_nonfinite.data<float>()[0] = 1.0f;
+}
+
+void sum_squares_accumulate(Tensor& acc, const Tensor& x, const Stream& s) {
+  ZT_ASSERT(acc.device().is_cpu() && x.device().is_cpu(),
+            "sum_squares_accumulate (cpu): both tensors must be on the CPU");
+  ZT_ASSERT(acc.numel() == 1 && acc.dtype() == DType::f64,
+            "sum_squares_accumulate: acc {} {} must be (1) f64", acc.shape().str(),
+            dtype_name(acc.dtype()));
+  double sum = 0;
+  float_dtype_visit(x.dtype(), "sum_squares_accumulate", [&](auto tag) {
+    using T = decltype(tag);
+    sum = sum_squares_impl(static_cast<const T*>(x.data()), x.numel());
+  });
+  acc.data<double>()[0] += sum;
+}
+
+}  // namespace zt::kernels::cpu

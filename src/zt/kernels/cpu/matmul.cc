@@ -1,0 +1,151 @@
+// CPU reference of the linear layer out = in @ weight^T + bias (contract in kernels/ops.h). The
+// products go through OpenBLAS (row-major cblas_?gemm); bias add and dbias column sums are plain
+// loops. Assumes contiguous CPU tensors, compute dtype f32 or f64 (the accumulator dtype equals it
+// on the CPU), and that every dimension fits BLAS's 32-bit int.
+#include <cblas.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "zt/kernels/cpu/cpu_ops.h"
+
+namespace zt::kernels::cpu {
+namespace {
+
+// Loops with less work than this (element operations) run on one thread: waking the OpenMP
+// team costs more than it saves, and tiny ops are common (finite-difference tests, small
+// models).
+constexpr int64_t kParallelMinWork = int64_t{1} << 15;
+
+// C (m,n) = alpha op(A) op(B) + beta C, row-major, leading dimensions the row lengths as stored.
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+struct MatmulDims {
+  int64_t N, K, M;
+};
+
+// Reads (N, K, M) from in (..., K) and weight (M, K), asserting the shapes agree with out/dout
+// (..., M) and that BLAS can index them.
+MatmulDims matmul_dims(const Tensor& in, const Tensor& weight, const Tensor& out, const char* op,
+                       const char* out_name) {
+  ZT_ASSERT(weight.ndim() == 2, "{}: weight {} must be (M,K)", op, weight.shape().str());
+  const int64_t M = weight.size(0);
+  const int64_t K = weight.size(1);
+  ZT_ASSERT(in.ndim() >= 1 && in.size(-1) == K && K > 0,
+            "{}: in {} does not end in K = {} (weight {})", op, in.shape().str(), K,
+            weight.shape().str());
+  const int64_t N = in.numel() / K;
+  ZT_ASSERT(out.ndim() >= 1 && out.size(-1) == M && out.numel() == N * M,
+            "{}: {} {} is not (N,M) = ({},{}) for in {} and weight {}", op, out_name,
+            out.shape().str(), N, M, in.shape().str(), weight.shape().str());
+  constexpr int64_t kMax = std::numeric_limits<blasint>::max();
+  ZT_ASSERT(N <= kMax && M <= kMax && K <= kMax, "{}: dims N={} M={} K={} exceed BLAS int", op, N,
+            M, K);
+  return {N, K, M};
+}
+
+template <typename T>
+void matmul_forward_impl(T* out, const T* in, const T* weight, const T* bias, const MatmulDims& d) {
+  if (d.N == 0 || d.M == 0) return;
+  gemm(CblasNoTrans, CblasTrans, d.N, d.M, d.K, T{1}, in, d.K, weight, d.K, T{0}, out, d.M);
+  if (bias) {
+#pragma omp parallel for if (parallel : d.N * d.M >= kParallelMinWork)
+    for (int64_t i = 0; i < d.N; ++i) {
+      T* o = out + i * d.M;
+      for (int64_t j = 0; j < d.M; ++j) o[j] += bias[j];
+    }
+  }
+}
+
+template <typename T>
+void matmul_backward_impl(T* din, T* dweight, T* dbias, const T* dout, const T* in, const T* weight,
+                          const MatmulDims& d) {
+  if (d.N == 0 || d.M == 0) return;
+  if (din) {  // din (N,K) = dout (N,M) @ weight (M,K), written.
+    gemm(CblasNoTrans, CblasNoTrans, d.N, d.K, d.M, T{1}, dout, d.M, weight, d.K, T{0}, din, d.K);
+  }
+  // dweight (M,K) += dout^T (M,N) @ in (N,K): beta = 1 accumulates.
+  gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, T{1}, dout, d.M, in, d.K, T{1}, dweight, d.K);
+  if (dbias) {
+#pragma omp parallel for if (parallel : d.N * d.M >= kParallelMinWork)
+    for (int64_t j = 0; j < d.M; ++j) {
+      T sum = 0;
+      for (int64_t i = 0; i < d.N; ++i) sum += dout[i * d.M + j];
+      dbias[j] += sum;
+    }
+  }
+}
+
+}  // namespace
+
+void matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
+                    const Stream& s) {
+  ZT_ASSERT(out.device().is_cpu() && in.device().is_cpu() && weight.device().is_cpu() &&
+                (!bias || bias->device().is_cpu()),
+            "matmul_forward (cpu): all tensors must be on the CPU");
+  const MatmulDims d = matmul_dims(in, weight, out, "matmul_forward", "out");
+  ZT_ASSERT(!bias || (bias->ndim() == 1 && bias->size(0) == d.M),
+            "matmul_forward: bias {} must be (M) = ({})", bias ? bias->shape().str() : "", d.M);
+  const DType dt = in.dtype();
+  ZT_ASSERT(out.dtype() == dt && weight.dtype() == dt && (!bias || bias->dtype() == dt),
+            "matmul_forward: out {}, in {}, weight {} (and bias) must share the compute dtype",
+            dtype_name(out.dtype()), dtype_name(dt), dtype_name(weight.dtype()));
+  if (dt == DType::f32) {
+    matmul_forward_impl(out.data<float>(), in.data<float>(), weight.data<float>(),
+                        bias ? bias->data<float>() : nullptr, d);
+  } else {
+    ZT_ASSERT(dt == DType::f64, "matmul_forward: CPU compute dtype must be f32 or f64, got {}",
+              dtype_name(dt));
+    matmul_forward_impl(out.data<double>(), in.data<double>(), weight.data<double>(),
+                        bias ? bias->data<double>() : nullptr, d);
+  }
+}
+
+void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                     const Tensor& in, const Tensor& weight, const Stream& s) {
+  ZT_ASSERT((!din || din->device().is_cpu()) && dweight.device().is_cpu() &&
+                (!dbias || dbias->device().is_cpu()) && dout.device().is_cpu() &&
+                in.device().is_cpu() && weight.device().is_cpu(),
+            "matmul_backward (cpu): all tensors must be on the CPU");
+  const MatmulDims d = matmul_dims(in, weight, dout, "matmul_backward", "dout");
+  ZT_ASSERT(!din || din->shape() == in.shape(), "matmul_backward: din {} differs from in {}",
+            din ? din->shape().str() : "", in.shape().str());
+  ZT_ASSERT(dweight.shape() == weight.shape(), "matmul_backward: dweight {} differs from weight {}",
+            dweight.shape().str(), weight.shape().str());
+  ZT_ASSERT(!dbias || (dbias->ndim() == 1 && dbias->size(0) == d.M),
+            "matmul_backward: dbias {} must be (M) = ({})", dbias ? dbias->shape().str() : "", d.M);
+  const DType dt = in.dtype();
+  const DType acc = accum_dtype(dt);
+  ZT_ASSERT(dout.dtype() == dt && weight.dtype() == dt && (!din || din->dtype() == dt),
+            "matmul_backward: dout {}, weight {} (and din) must be the compute dtype {}",
+            dtype_name(dout.dtype()), dtype_name(weight.dtype()), dtype_name(dt));
+  ZT_ASSERT(dweight.dtype() == acc && (!dbias || dbias->dtype() == acc),
+            "matmul_backward: dweight {} (and dbias) must be the accum dtype {}",
+            dtype_name(dweight.dtype()), dtype_name(acc));
+  if (dt == DType::f32) {
+    matmul_backward_impl(din ? din->data<float>() : nullptr, dweight.data<float>(),
+                         dbias ? dbias->data<float>() : nullptr, dout.data<float>(),
+                         in.data<float>(), weight.data<float>(), d);
+  } else {
+    ZT_ASSERT(dt == DType::f64, "matmul_backward: CPU compute dtype must be f32 or f64, got {}",
+              dtype_name(dt));
+    matmul_backward_impl(din ? din->data<double>() : nullptr, dweight.data<double>(),
+                         dbias ? dbias->data<double>() : nullptr, dout.data<double>(),
+                         in.data<double>(), weight.data<double>(), d);
+  }
+}
+
+}  // namespace zt::kernels::cpu

@@ -1,0 +1,110 @@
+// CUDA token + position embedding forward/backward (contract in kernels/ops.h). Forward writes
+// out = wte[token] + wpe[t] (sum in f32, one rounding); backward accumulates into the f32
+// gradients with atomics, since several positions can share a token (dwte) and every batch row
+// shares a position (dwpe). A token id outside [0, V) traps the kernel (the next CUDA call then
+// fails) instead of reading or writing out of bounds.
+#include "zt/kernels/cuda/cuda_common.cuh"
+#include "zt/kernels/cuda/cuda_ops.h"
+
+namespace zt::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* tokens, const T* wte, const T* wpe,
+                                         int64_t bt_count, int64_t T_len, int64_t C, int64_t V) {
+  const int64_t n = bt_count * C;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / C;
+    const int64_t c = i - bt * C;
+    const int64_t t = bt % T_len;
+    const int32_t tok = tokens[bt];
+    if (tok < 0 || tok >= V) __trap();
+    out[i] = from_f32<T>(to_f32(wte[tok * C + c]) + to_f32(wpe[t * C + c]));
+  }
+}
+
+template <typename T>
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dout,
+                                          const int32_t* tokens, int64_t bt_count, int64_t T_len,
+                                          int64_t C, int64_t V) {
+  const int64_t n = bt_count * C;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / C;
+    const int64_t c = i - bt * C;
+    const int64_t t = bt % T_len;
+    const int32_t tok = tokens[bt];
+    if (tok < 0 || tok >= V) __trap();
+    const float g = to_f32(dout[i]);
+    atomicAdd(dwte + tok * C + c, g);
+    atomicAdd(dwpe + t * C + c, g);
+  }
+}
+
+struct EmbShape {
+  int64_t bt;  // B * T
+  int64_t T;
+  int64_t C;
+  int64_t V;
+};
+
+EmbShape embedding_shape(const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                         const char* op) {
+  check_dtype(tokens, DType::i32, op, "tokens");
+  ZT_ASSERT(tokens.ndim() == 2, "{}: tokens must be (B, T), got {}", op, tokens.shape().str());
+  ZT_ASSERT(wte.ndim() == 2 && wpe.ndim() == 2 && wte.size(1) == wpe.size(1),
+            "{}: wte {} and wpe {} must be (V, C) and (maxT, C)", op, wte.shape().str(),
+            wpe.shape().str());
+  const int64_t T = tokens.size(1);
+  ZT_ASSERT(wpe.size(0) >= T, "{}: wpe has {} positions, tokens have T = {}", op, wpe.size(0), T);
+  check_same_device(tokens, wte, op);
+  check_same_device(tokens, wpe, op);
+  return {tokens.numel(), T, wte.size(1), wte.size(0)};
+}
+
+}  // namespace
+
+void embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                       const Stream& s) {
+  const char* op = "embedding_forward";
+  const EmbShape sh = embedding_shape(tokens, wte, wpe, op);
+  check_cuda(wte, op, "wte");
+  check_dtype(wpe, wte.dtype(), op, "wpe");
+  check_dtype(out, wte.dtype(), op, "out");
+  check_numel(out, sh.bt * sh.C, op, "out");
+  const int64_t n = sh.bt * sh.C;
+  if (n == 0) return;
+  DeviceGuard guard(out.device());
+  dispatch_compute(wte.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    embedding_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<T>(out), ptr<const int32_t>(tokens), ptr<const T>(wte), ptr<const T>(wpe), sh.bt, sh.T,
+        sh.C, sh.V);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                        const Stream& s) {
+  const char* op = "embedding_backward";
+  const EmbShape sh = embedding_shape(tokens, dwte, dwpe, op);
+  check_dtype(dwte, DType::f32, op, "dwte");
+  check_dtype(dwpe, DType::f32, op, "dwpe");
+  check_cuda(dout, op, "dout");
+  check_numel(dout, sh.bt * sh.C, op, "dout");
+  const int64_t n = sh.bt * sh.C;
+  if (n == 0) return;
+  DeviceGuard guard(dout.device());
+  dispatch_compute(dout.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    embedding_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<float>(dwte), ptr<float>(dwpe), ptr<const T>(dout), ptr<const int32_t>(tokens), sh.bt,
+        sh.T, sh.C, sh.V);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace zt::kernels::cuda

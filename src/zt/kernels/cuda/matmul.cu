@@ -1,0 +1,160 @@
+// CUDA matmul forward/backward (contract in kernels/ops.h): out (N,M) = in (N,K) @ weight (M,K)^T
+// (+ bias). GEMMs go through gemm.cuh (cuBLASLt, fp32 accumulation); dweight accumulates in f32
+// with beta = 1 (16-bit A/B, f32 C/D); dbias is a column-sum kernel accumulating into f32.
+// Assumes contiguous row-major tensors; any leading shape of `in` is flattened into N rows.
+#include "zt/kernels/cuda/cuda_common.cuh"
+#include "zt/kernels/cuda/cuda_ops.h"
+#include "zt/kernels/cuda/gemm.cuh"
+
+namespace zt::kernels::cuda {
+namespace {
+
+template <typename T>
+__global__ void bias_add_rows_kernel(T* c, const T* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    c[i] = from_f32<T>(to_f32(c[i]) + to_f32(bias[i % cols]));
+  }
+}
+
+// dbias[j] += sum_i dout[i, j]. Block (32, 8): the 32 threads of a row segment read consecutive
+// columns (coalesced); the 8 rows of threads and the blocks along y split the rows; the partial
+// column sums of a block are combined in shared memory, then added with one atomic per column.
+constexpr int kColTile = 32;
+constexpr int kRowThreads = 8;
+
+template <typename T>
+__global__ void column_sum_accumulate_kernel(float* dbias, const T* dout, int64_t rows,
+                                             int64_t cols) {
+  __shared__ float partial[kRowThreads][kColTile];
+  const int64_t col = blockIdx.x * static_cast<int64_t>(kColTile) + threadIdx.x;
+  float sum = 0.0f;
+  if (col < cols) {
+    for (int64_t r = blockIdx.y * static_cast<int64_t>(kRowThreads) + threadIdx.y; r < rows;
+         r += static_cast<int64_t>(gridDim.y) * kRowThreads) {
+      sum += to_f32(dout[r * cols + col]);
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < cols) {
+    float total = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowThreads; ++k) total += partial[k][threadIdx.x];
+    atomicAdd(dbias + col, total);
+  }
+}
+
+DType gemm_dtype_check(const Tensor& in, const Tensor& weight, const char* op) {
+  check_cuda(in, op, "in");
+  check_dtype(weight, in.dtype(), op, "weight");
+  check_same_device(in, weight, op);
+  ZT_ASSERT(weight.ndim() == 2, "{}: weight must be (M, K), got {}", op, weight.shape().str());
+  ZT_ASSERT(weight.size(1) > 0 && in.numel() % weight.size(1) == 0,
+            "{}: in {} does not have rows of K = {}", op, in.shape().str(), weight.size(1));
+  return in.dtype();
+}
+
+}  // namespace
+
+void bias_add_rows(void* c, const void* bias, int64_t rows, int64_t cols, DType dtype,
+                   cudaStream_t stream) {
+  dispatch_compute(dtype, "bias_add_rows", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int kThreads = 256;
+    bias_add_rows_kernel<T><<<grid_for(rows * cols, kThreads), kThreads, 0, stream>>>(
+        static_cast<T*>(c), static_cast<const T*>(bias), rows, cols);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
+                    const Stream& s) {
+  const char* op = "matmul_forward";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const int64_t M = weight.size(0);
+  const int64_t K = weight.size(1);
+  const int64_t N = in.numel() / K;
+  check_dtype(out, dt, op, "out");
+  check_numel(out, N * M, op, "out");
+  if (bias != nullptr) {
+    check_dtype(*bias, dt, op, "bias");
+    check_numel(*bias, M, op, "bias");
+  }
+  DeviceGuard guard(in.device());
+  GemmArgs g;
+  g.rows = N;
+  g.cols = M;
+  g.inner = K;
+  g.a = in.data();
+  g.b = weight.data();
+  g.trans_b = Transpose::kYes;  // weight is stored (M, K)
+  g.c = out.data();
+  g.ab_dtype = dt;
+  g.c_dtype = dt;
+  g.bias = bias != nullptr ? bias->data() : nullptr;
+  gemm(g, stream_of(s));
+}
+
+void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                     const Tensor& in, const Tensor& weight, const Stream& s) {
+  const char* op = "matmul_backward";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const int64_t M = weight.size(0);
+  const int64_t K = weight.size(1);
+  const int64_t N = in.numel() / K;
+  check_dtype(dout, dt, op, "dout");
+  check_numel(dout, N * M, op, "dout");
+  check_dtype(dweight, DType::f32, op, "dweight");
+  check_numel(dweight, M * K, op, "dweight");
+  DeviceGuard guard(in.device());
+  const cudaStream_t stream = stream_of(s);
+
+  if (din != nullptr) {
+    check_dtype(*din, dt, op, "din");
+    check_numel(*din, N * K, op, "din");
+    GemmArgs g;  // din (N,K) = dout (N,M) @ weight (M,K)
+    g.rows = N;
+    g.cols = K;
+    g.inner = M;
+    g.a = dout.data();
+    g.b = weight.data();
+    g.c = din->data();
+    g.ab_dtype = dt;
+    g.c_dtype = dt;
+    gemm(g, stream);
+  }
+  {
+    GemmArgs g;  // dweight (M,K) += dout^T (M,N) @ in (N,K)
+    g.rows = M;
+    g.cols = K;
+    g.inner = N;
+    g.a = dout.data();
+    g.trans_a = Transpose::kYes;  // dout is stored (N, M)
+    g.b = in.data();
+    g.c = dweight.data();
+    g.ab_dtype = dt;
+    g.c_dtype = DType::f32;
+    g.beta = 1.0f;
+    if (N > 0) gemm(g, stream);
+  }
+  if (dbias != nullptr) {
+    check_dtype(*dbias, DType::f32, op, "dbias");
+    check_numel(*dbias, M, op, "dbias");
+    if (N == 0 || M == 0) return;
+    dispatch_compute(dt, op, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const dim3 block(kColTile, kRowThreads);
+      // Enough row-blocks to fill the GPU when there are few columns; each handles >= 64 rows.
+      const int64_t row_blocks = std::min<int64_t>(ceil_div(N, 64), 128);
+      const dim3 grid(static_cast<unsigned>(ceil_div(M, kColTile)),
+                      static_cast<unsigned>(row_blocks));
+      column_sum_accumulate_kernel<T>
+          <<<grid, block, 0, stream>>>(ptr<float>(*dbias), ptr<const T>(dout), N, M);
+      ZT_CUDA_CHECK_LAUNCH();
+    });
+  }
+}
+
+}  // namespace zt::kernels::cuda

@@ -1,0 +1,64 @@
+// Host side of multi_tensor.cuh: the device of an optimizer call and the checked conversion of
+// the caller's chunks into kernel-parameter form.
+#include "zt/kernels/cuda/multi_tensor.cuh"
+
+#include <cstdint>
+
+namespace zt::kernels::cuda {
+namespace {
+
+bool aligned_to(const void* p, uintptr_t bytes) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace
+
+Device optim_device(std::span<const OptimChunk> chunks, const Stream& s) {
+  if (s.device().is_cuda()) return s.device();
+  for (const OptimChunk& c : chunks) {
+    if (c.param == nullptr) continue;
+    cudaPointerAttributes attr{};
+    ZT_CUDA_CHECK(cudaPointerGetAttributes(&attr, c.param));
+    ZT_ASSERT(attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged,
+              "optimizer step on CUDA: chunk parameters at {} are not device memory",
+              static_cast<const void*>(c.param));
+    return Device::cuda(attr.device);
+  }
+  int d = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&d));
+  return Device::cuda(d);
+}
+
+MtChunk mt_chunk(const OptimChunk& c, int32_t index, unsigned required, const char* op) {
+  ZT_ASSERT(c.n >= 0, "{}: chunk {} has n = {}", op, index, c.n);
+  ZT_ASSERT(c.param != nullptr || c.n == 0, "{}: chunk {} has no param", op, index);
+  ZT_ASSERT((required & kMtGrad) == 0 || c.grad != nullptr || c.n == 0, "{}: chunk {} has no grad",
+            op, index);
+  ZT_ASSERT((required & kMtState1) == 0 || c.state1 != nullptr || c.n == 0,
+            "{}: chunk {} has no state1", op, index);
+  ZT_ASSERT((required & kMtState2) == 0 || c.state2 != nullptr || c.n == 0,
+            "{}: chunk {} has no state2", op, index);
+  MtChunk m{};
+  m.param = c.param;
+  m.grad = c.grad;
+  m.state1 = c.state1;
+  m.state2 = c.state2;
+  m.lowp = c.param_lowp;
+  m.n = c.n;
+  m.index = index;
+  m.lowp_kind = LowpKind::kNone;
+  if (c.param_lowp != nullptr) {
+    ZT_ASSERT(c.lowp_dtype == DType::bf16 || c.lowp_dtype == DType::f16,
+              "{}: chunk {} asks for a {} parameter copy; only bf16 and f16 are supported", op,
+              index, dtype_name(c.lowp_dtype));
+    m.lowp_kind = c.lowp_dtype == DType::bf16 ? LowpKind::kBf16 : LowpKind::kF16;
+  }
+  // Tiles start at multiples of 4 elements, so 16-byte aligned f32 bases (8-byte for the 16-bit
+  // copy) keep every 4-element group aligned.
+  const bool vec = aligned_to(c.param, 16) && aligned_to(c.grad, 16) && aligned_to(c.state1, 16) &&
+                   aligned_to(c.state2, 16) && aligned_to(c.param_lowp, 8);
+  m.vector = vec ? VectorLoads::kYes : VectorLoads::kNo;
+  return m;
+}
+
+}  // namespace zt::kernels::cuda

@@ -1,0 +1,23 @@
+// `zt launch [FLAGS] PROGRAM [ARGS...]`: DeepSpeed's `deepspeed` launcher for one machine
+// (reference §5; user guide docs/launcher.md). The CLI (apps/zt) calls launch_main with the
+// arguments after `zt launch`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace zt::launcher {
+
+// Parses the flags, decides the ranks, checks everything that can be checked before starting
+// (flags, hostfile, GPUs, PROGRAM, master port, log folder), runs the ranks and supervises them.
+// Returns the process exit code: 0 when every rank exits 0; the first failing rank's code
+// (128 + signal when it was killed); 128 + signal when the launcher itself was interrupted; 2 for
+// a usage error and 1 for any other error found before starting. Errors and the failure line go
+// to stderr; --help prints the usage to stdout.
+int launch_main(const std::vector<std::string>& args);
+
+}  // namespace zt::launcher
+
+namespace zt {
+using launcher::launch_main;  // the CLI's entry point, `zt::launch_main(args)`
+}  // namespace zt

@@ -1,0 +1,454 @@
+// The spawner (see process_group.h). Between fork and execve the child only makes
+// async-signal-safe calls on data prepared before the fork: the launcher may have other threads
+// (the CUDA runtime's), so nothing may allocate there. A CLOEXEC pipe carries a failed exec's
+// errno back to the parent, so "cannot execute" is an error of start(), not a silent exit 127.
+#include "zt/launcher/process_group.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "zt/core/assert.h"
+#include "zt/core/log.h"
+
+extern char** environ;  // NOLINT: POSIX
+
+namespace zt::launcher {
+namespace {
+
+constexpr int kCaughtSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kNumCaught = sizeof(kCaughtSignals) / sizeof(kCaughtSignals[0]);
+constexpr std::chrono::milliseconds kTick{50};
+
+// State shared with the signal handler: lock-free atomics only.
+static_assert(std::atomic<int>::is_always_lock_free);
+std::atomic<int> g_first_signal{0};
+std::atomic<int> g_signal_count{0};
+std::atomic<int> g_wake_write{-1};  // write end of the self-pipe that wakes supervise()
+int g_wake_read = -1;
+std::atomic<bool> g_group_active{false};
+struct sigaction g_old_actions[kNumCaught];
+
+void on_launcher_signal(int sig) {
+  int saved_errno = errno;
+  int none = 0;
+  g_first_signal.compare_exchange_strong(none, sig);
+  g_signal_count.fetch_add(1);
+  int fd = g_wake_write.load();
+  if (fd >= 0) {
+    char byte = 1;
+    ssize_t n = write(fd, &byte, 1);
+    (void)n;  // a full pipe already holds a wake-up
+  }
+  errno = saved_errno;
+}
+
+// What a child reports through the exec pipe when it cannot start the program.
+struct ChildFailure {
+  int stage;  // 1: sched_setaffinity, 2: stdin/stdout/stderr, 3: execve
+  int err;
+};
+
+[[noreturn]] void child_fail(int fd, int stage) {
+  ChildFailure f{stage, errno};
+  ssize_t n = write(fd, &f, sizeof(f));
+  (void)n;
+  _exit(127);
+}
+
+const char* stage_name(int stage) {
+  switch (stage) {
+    case 1:
+      return "pinning it to its CPUs (sched_setaffinity)";
+    case 2:
+      return "redirecting its stdin/stdout/stderr";
+    default:
+      return "executing it";
+  }
+}
+
+// True while a process group has a member that is not a zombie. A zombie cannot be stopped any
+// further, and in a container whose PID 1 does not reap, it would otherwise hold the wait.
+bool pgid_has_live_member(pid_t pgid) {
+  if (killpg(pgid, 0) != 0 && errno == ESRCH) return false;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return true;  // cannot tell: assume alive, the deadline ends the wait
+  bool live = false;
+  while (dirent* e = readdir(proc)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    size_t paren = line.rfind(')');  // the command name may contain spaces and parentheses
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    long pgrp = 0;
+    if (std::sscanf(line.c_str() + paren + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
+    if (pgrp == pgid && state != 'Z' && state != 'X') {
+      live = true;
+      break;
+    }
+  }
+  closedir(proc);
+  return live;
+}
+
+// 0 when `path` is an executable regular file, else ENOENT / EISDIR / EACCES.
+int executable_check(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return ENOENT;
+  if (S_ISDIR(st.st_mode)) return EISDIR;
+  if (access(path.c_str(), X_OK) != 0) return EACCES;
+  return 0;
+}
+
+std::string script_hint(std::string_view program) {
+  if (program.ends_with(".py")) {
+    return " (zt launch runs PROGRAM directly, as DeepSpeed's --no_python: give the script a "
+           "'#!/usr/bin/env python3' line and chmod +x it)";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ProcessExit::describe() const {
+  if (term_signal != 0) {
+    const char* abbrev = sigabbrev_np(term_signal);
+    return fmt::format("was killed by signal {} (SIG{})", term_signal,
+                       abbrev != nullptr ? abbrev : "?");
+  }
+  return fmt::format("exited with code {}", exit_code);
+}
+
+ProcessGroup::ProcessGroup(std::vector<ProcessSpec> specs, ProcessGroupOptions options)
+    : specs_(std::move(specs)),
+      options_(options),
+      pids_(specs_.size(), -1),
+      running_(specs_.size(), 0),
+      group_gone_(specs_.size(), 0) {}
+
+Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(std::vector<ProcessSpec> specs,
+                                                          ProcessGroupOptions options) {
+  ZT_ASSERT(!g_group_active.exchange(true), "only one ProcessGroup may run at a time");
+  int wake[2];
+  if (pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    g_group_active = false;
+    return io_error("zt launch: pipe2 failed: {}", std::strerror(errno));
+  }
+  g_wake_read = wake[0];
+  g_wake_write = wake[1];
+  g_first_signal = 0;
+  g_signal_count = 0;
+  struct sigaction action {};
+  action.sa_handler = on_launcher_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = 0;  // no SA_RESTART: poll() wakes with EINTR
+  for (int i = 0; i < kNumCaught; ++i) {
+    ZT_ASSERT(sigaction(kCaughtSignals[i], nullptr, &g_old_actions[i]) == 0);
+    // An ignored signal stays ignored (`nohup zt launch` must survive SIGHUP, and so must the
+    // ranks, which inherit the disposition).
+    if (g_old_actions[i].sa_handler == SIG_IGN) continue;
+    ZT_ASSERT(sigaction(kCaughtSignals[i], &action, nullptr) == 0);
+  }
+
+  std::unique_ptr<ProcessGroup> group(new ProcessGroup(std::move(specs), options));
+  // Children are not in the terminal's foreground group: a terminal stdin would stop them.
+  int stdin_fd = isatty(STDIN_FILENO) ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  Status status;
+  for (size_t i = 0; i < group->specs_.size() && g_first_signal.load() == 0; ++i) {
+    status = group->spawn(i, stdin_fd);
+    if (!status.is_ok()) break;
+  }
+  if (stdin_fd >= 0) close(stdin_fd);
+  if (!status.is_ok()) {
+    group->supervise(LoopStart::kStopNow);
+    return status;
+  }
+  return group;
+}
+
+Status ProcessGroup::spawn(size_t index, int stdin_fd) {
+  const ProcessSpec& spec = specs_[index];
+  // Everything the child needs is built here, before fork.
+  std::vector<char*> argv;
+  for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : spec.cpus) {
+    ZT_ASSERT(c >= 0 && c < CPU_SETSIZE, "cpu {} out of range", c);
+    CPU_SET(c, &cpus);
+  }
+  sigset_t no_signals;
+  sigemptyset(&no_signals);
+  struct sigaction default_action {};
+  default_action.sa_handler = SIG_DFL;
+  sigemptyset(&default_action.sa_mask);
+
+  int log_fd = -1;
+  if (!spec.log_path.empty()) {
+    log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      return io_error("cannot open log file {} for {}: {}", spec.log_path, spec.label,
+                      std::strerror(errno));
+    }
+  }
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    int err = errno;
+    if (log_fd >= 0) close(log_fd);
+    return io_error("cannot start {}: pipe2: {}", spec.label, std::strerror(err));
+  }
+  const pid_t launcher = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Child: async-signal-safe calls only, until execve.
+    setpgid(0, 0);
+    for (int i = 0; i < kNumCaught; ++i) {
+      if (g_old_actions[i].sa_handler != SIG_IGN) {
+        sigaction(kCaughtSignals[i], &default_action, nullptr);
+      }
+    }
+    sigaction(SIGPIPE, &default_action, nullptr);
+    sigprocmask(SIG_SETMASK, &no_signals, nullptr);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher) _exit(128 + SIGTERM);  // the launcher died before prctl
+    if (!spec.cpus.empty() && sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      child_fail(report[1], 1);
+    }
+    if (stdin_fd >= 0 && dup2(stdin_fd, STDIN_FILENO) < 0) child_fail(report[1], 2);
+    if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)) {
+      child_fail(report[1], 2);
+    }
+    execve(spec.exec_path.c_str(), argv.data(), envp.data());
+    child_fail(report[1], 3);
+  }
+  int fork_errno = errno;
+  close(report[1]);
+  if (log_fd >= 0) close(log_fd);
+  if (pid < 0) {
+    close(report[0]);
+    return io_error("cannot start {}: fork: {}", spec.label, std::strerror(fork_errno));
+  }
+  // Also here, so the group exists before start() returns whichever side runs first. EACCES
+  // (the child already called execve) means the child did it itself.
+  setpgid(pid, pid);
+  pids_[index] = pid;
+  running_[index] = 1;
+
+  ChildFailure failure{};
+  ssize_t n = 0;
+  do {
+    n = read(report[0], &failure, sizeof(failure));
+  } while (n < 0 && errno == EINTR);
+  close(report[0]);
+  if (n == static_cast<ssize_t>(sizeof(failure))) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    running_[index] = 0;
+    group_gone_[index] = 1;
+    return unavailable("cannot start {} ({}): failed {}: {}{}", spec.label, spec.exec_path,
+                       stage_name(failure.stage), std::strerror(failure.err),
+                       failure.err == ENOEXEC ? " (a script needs a #! line)" : "");
+  }
+  return Status::ok();
+}
+
+void ProcessGroup::groups_signal(int sig) {
+  for (size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] <= 0 || group_gone_[i]) continue;
+    // The group id stays reserved while the group has members, so signalling the group of a
+    // leader that was already reaped still reaches only its own descendants.
+    if (killpg(pids_[i], sig) != 0 && errno == ESRCH) {
+      if (running_[i]) {
+        kill(pids_[i], sig);  // not yet its own group leader: signal it directly
+      } else {
+        group_gone_[i] = 1;  // never signal this id again: the number may be reused
+      }
+    }
+  }
+}
+
+GroupResult ProcessGroup::supervise(LoopStart start) {
+  using Clock = std::chrono::steady_clock;
+  GroupResult result;
+  bool stopping = false;
+  bool killed = false;
+  int signals_at_stop = 0;
+  Clock::time_point deadline = Clock::time_point::max();
+  auto stop_begin = [&] {
+    stopping = true;
+    result.stopped = static_cast<int>(std::count(running_.begin(), running_.end(), 1));
+    signals_at_stop = g_signal_count.load();
+    groups_signal(SIGTERM);
+    deadline = Clock::now() + options_.grace;
+  };
+  if (start == LoopStart::kStopNow) stop_begin();
+
+  while (true) {
+    for (size_t i = 0; i < pids_.size(); ++i) {
+      if (!running_[i]) continue;
+      int status = 0;
+      pid_t w = waitpid(pids_[i], &status, WNOHANG);
+      if (w == 0 || (w < 0 && errno == EINTR)) continue;
+      running_[i] = 0;
+      if (w < 0) {
+        ZT_LOG_WARN("{} (pid {}) was reaped by someone else; its exit status is unknown",
+                    specs_[i].label, pids_[i]);
+        continue;
+      }
+      ProcessExit e{
+          .index = static_cast<int>(i), .pid = pids_[i], .exit_code = 0, .term_signal = 0};
+      if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) e.term_signal = WTERMSIG(status);
+      if (!stopping && e.failed()) {
+        result.end = GroupEnd::kProcessFailed;
+        result.failure = e;
+        stop_begin();
+      }
+    }
+    int sig = g_first_signal.load();
+    if (!stopping && sig != 0) {
+      result.end = GroupEnd::kInterrupted;
+      result.launcher_signal = sig;
+      stop_begin();
+    }
+    Clock::time_point now = Clock::now();
+    // A signal to the launcher while stopping (a second Ctrl-C) skips the rest of the grace.
+    if (stopping && !killed && (now >= deadline || g_signal_count.load() > signals_at_stop)) {
+      groups_signal(SIGKILL);
+      killed = true;
+    }
+    if (std::find(running_.begin(), running_.end(), 1) == running_.end()) {
+      // Every direct child is reaped. When stopping, also let their descendants (same process
+      // groups) go, up to the deadline, so that none outlives the launcher.
+      if (!stopping || killed) break;
+      bool descendants = false;
+      for (size_t i = 0; i < pids_.size() && !descendants; ++i) {
+        if (pids_[i] > 0 && !group_gone_[i]) descendants = pgid_has_live_member(pids_[i]);
+      }
+      if (!descendants) break;
+    }
+    auto wait_for = kTick;
+    if (stopping && !killed) {
+      wait_for = std::min(wait_for, std::chrono::ceil<std::chrono::milliseconds>(
+                                        std::max(deadline - now, Clock::duration::zero())));
+    }
+    pollfd wake{.fd = g_wake_read, .events = POLLIN, .revents = 0};
+    poll(&wake, 1, static_cast<int>(wait_for.count()));
+    char drain[64];
+    while (read(g_wake_read, drain, sizeof(drain)) > 0) {
+    }
+  }
+  handlers_restore();
+  finished_ = true;
+  switch (result.end) {
+    case GroupEnd::kAllSucceeded:
+      result.exit_code = 0;
+      break;
+    case GroupEnd::kProcessFailed:
+      result.exit_code = result.failure.shell_code();
+      break;
+    case GroupEnd::kInterrupted:
+      result.exit_code = 128 + result.launcher_signal;
+      break;
+  }
+  return result;
+}
+
+void ProcessGroup::handlers_restore() {
+  for (int i = 0; i < kNumCaught; ++i) sigaction(kCaughtSignals[i], &g_old_actions[i], nullptr);
+  int write_fd = g_wake_write.exchange(-1);
+  if (write_fd >= 0) close(write_fd);
+  if (g_wake_read >= 0) close(g_wake_read);
+  g_wake_read = -1;
+  g_group_active = false;
+}
+
+GroupResult ProcessGroup::wait() {
+  ZT_ASSERT(!finished_, "ProcessGroup::wait() called twice");
+  return supervise(LoopStart::kSupervise);
+}
+
+ProcessGroup::~ProcessGroup() {
+  if (!finished_) supervise(LoopStart::kStopNow);
+}
+
+Result<std::string> executable_resolve(std::string_view program, std::string_view path_env) {
+  if (program.empty()) return invalid_argument("PROGRAM is empty; pass the program to run");
+  std::string name(program);
+  if (name.find('/') != std::string::npos) {
+    int err = executable_check(name);
+    if (err == 0) return name;
+    if (err == ENOENT) return not_found("PROGRAM {} does not exist", name);
+    if (err == EISDIR) return invalid_argument("PROGRAM {} is a directory", name);
+    return invalid_argument("PROGRAM {} is not executable; chmod +x it{}", name,
+                            script_hint(program));
+  }
+  bool seen_not_executable = false;
+  std::string_view rest = path_env;
+  while (true) {
+    size_t colon = rest.find(':');
+    std::string dir(rest.substr(0, colon));
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    int err = executable_check(candidate);
+    if (err == 0) return candidate;
+    seen_not_executable = seen_not_executable || err == EACCES;
+    if (colon == std::string_view::npos) break;
+    rest = rest.substr(colon + 1);
+  }
+  std::string here_hint = executable_check("./" + name) != ENOENT
+                              ? fmt::format("; to run the file in this folder, write ./{}", name)
+                              : "";
+  return not_found("PROGRAM '{}' was not found on PATH{}{}{}", name,
+                   seen_not_executable ? " (a match there is not executable)" : "", here_hint,
+                   script_hint(program));
+}
+
+std::vector<std::string> environ_copy() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+void env_set(std::vector<std::string>& env, std::string_view key, std::string_view value) {
+  std::string entry = fmt::format("{}={}", key, value);
+  for (std::string& e : env) {
+    if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=') {
+      e = std::move(entry);
+      return;
+    }
+  }
+  env.push_back(std::move(entry));
+}
+
+std::optional<std::string_view> env_find(const std::vector<std::string>& env,
+                                         std::string_view key) {
+  for (const std::string& e : env) {
+    if (e.size() > key.size() && e.compare(0, key.size(), key) == 0 && e[key.size()] == '=') {
+      return std::string_view(e).substr(key.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace zt::launcher

@@ -1,0 +1,114 @@
+// The spawner: starts a group of processes and supervises them until they end, the way
+// DeepSpeed's launch.py does for one node, and is meant to be reused by the multi-node runners
+// (which will start one ssh/pdsh/srun process per node through it).
+//
+// - Each process runs in its own process group (setpgid), so signalling the group reaches its
+//   whole tree; it also gets PR_SET_PDEATHSIG=SIGTERM so it does not outlive a killed launcher.
+// - When a process exits non-zero or is killed by a signal, every other group gets SIGTERM, then
+//   SIGKILL after `grace` (DeepSpeed: 30 s); wait() returns that first failure. SIGINT, SIGTERM
+//   and SIGHUP sent to the launcher stop the group the same way (a second one skips the grace);
+//   one the launcher inherited as ignored (nohup) stays ignored, for it and for the processes.
+// - stdout/stderr are inherited (passed through unchanged) or both written to a per-process log
+//   file. stdin is inherited unless it is a terminal: the processes are not in the terminal's
+//   foreground group, so a read would stop them with SIGTTIN; they read /dev/null instead.
+//
+// Assumes one ProcessGroup at a time per process (it owns the SIGINT/SIGTERM/SIGHUP handlers
+// from start() to the end of wait()), that no one else reaps its children, and that the thread
+// calling start() outlives the group (PR_SET_PDEATHSIG fires when the forking thread exits).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "zt/core/status.h"
+
+namespace zt::launcher {
+
+struct ProcessSpec {
+  std::string label;              // "rank 2": names the process in messages
+  std::string exec_path;          // the file to execute (see executable_resolve)
+  std::vector<std::string> argv;  // argv[0] as the user wrote it
+  std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
+  std::string log_path;           // empty: inherit stdout/stderr; else both go here (truncated)
+  std::vector<int> cpus;          // empty: inherit the CPU affinity; else pinned to these CPUs
+};
+
+struct ProcessGroupOptions {
+  std::chrono::milliseconds grace{30000};  // between SIGTERM and SIGKILL
+};
+
+struct ProcessExit {
+  int index = -1;  // into the specs
+  pid_t pid = -1;
+  int exit_code = 0;    // meaningful when term_signal == 0
+  int term_signal = 0;  // the signal that killed it, or 0
+  bool failed() const { return term_signal != 0 || exit_code != 0; }
+  // The shell's view: the exit code, or 128 + signal.
+  int shell_code() const { return term_signal != 0 ? 128 + term_signal : exit_code; }
+  // "exited with code 3" / "was killed by signal 9 (SIGKILL)".
+  std::string describe() const;
+};
+
+enum class GroupEnd : unsigned char {
+  kAllSucceeded,   // every process exited with 0
+  kProcessFailed,  // one failed (non-zero exit or a signal); the others were stopped
+  kInterrupted,    // the launcher got SIGINT/SIGTERM/SIGHUP; all were stopped
+};
+
+struct GroupResult {
+  GroupEnd end = GroupEnd::kAllSucceeded;
+  ProcessExit failure;      // kProcessFailed: the first process seen to fail
+  int launcher_signal = 0;  // kInterrupted: the signal the launcher received
+  int stopped = 0;          // processes still running when the stop began
+  int exit_code = 0;        // what the launcher exits with: 0, failure.shell_code(), 128+signal
+};
+
+class ProcessGroup {
+ public:
+  // Starts every spec in order. When one cannot start (log file, fork, exec), those already
+  // started are stopped and reaped, and the error names the spec's label and the cause.
+  static Result<std::unique_ptr<ProcessGroup>> start(std::vector<ProcessSpec> specs,
+                                                     ProcessGroupOptions options);
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+  // Stops (SIGTERM, grace, SIGKILL) and reaps whatever still runs if wait() was not called.
+  ~ProcessGroup();
+
+  const std::vector<pid_t>& pids() const { return pids_; }
+  // Supervises until every process has ended (see the file comment). Call once.
+  GroupResult wait();
+
+ private:
+  enum class LoopStart : unsigned char { kSupervise, kStopNow };
+  ProcessGroup(std::vector<ProcessSpec> specs, ProcessGroupOptions options);
+  Status spawn(size_t index, int stdin_fd);
+  GroupResult supervise(LoopStart start);
+  void groups_signal(int sig);
+  void handlers_restore();
+
+  std::vector<ProcessSpec> specs_;
+  ProcessGroupOptions options_;
+  std::vector<pid_t> pids_;
+  std::vector<char> running_;     // per spec: 1 while not yet reaped
+  std::vector<char> group_gone_;  // per spec: 1 once its process group is known to be empty
+  bool finished_ = false;
+};
+
+// Finds PROGRAM as execvp would: a name with '/' is used as it is, else each PATH entry is tried.
+// Errors say what is wrong (missing, not executable, a directory) and how to fix it.
+Result<std::string> executable_resolve(std::string_view program, std::string_view path_env);
+
+// The current process environment as "KEY=VALUE" strings.
+std::vector<std::string> environ_copy();
+// Sets KEY=VALUE in `env`, replacing an existing KEY.
+void env_set(std::vector<std::string>& env, std::string_view key, std::string_view value);
+// The value of KEY in `env`, if set (a view into `env`).
+std::optional<std::string_view> env_find(const std::vector<std::string>& env, std::string_view key);
+
+}  // namespace zt::launcher

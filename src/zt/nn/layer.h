@@ -1,0 +1,60 @@
+// The Layer interface of DESIGN.md: explicit forward and backward (as in llm.c and Megatron), no
+// autograd tape. forward writes its output and keeps what backward needs; backward takes the
+// gradient of its output, accumulates (+=) its parameters' gradients, and returns the gradient of
+// its input (written). Users may write their own units against this interface.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "zt/core/tensor.h"
+#include "zt/nn/param.h"
+
+namespace zt::nn {
+
+enum class Mode : unsigned char { kTrain, kEval };
+
+// What a forward/backward pass runs with.
+struct Context {
+  Device device = Device::cpu();
+  Stream stream;
+  DType compute_dtype = DType::f32;  // kernel dtype of activations and the parameters' copy
+  Mode mode = Mode::kTrain;
+  const Tensor* targets = nullptr;  // (B,T) i32 on device; null: no loss (generation)
+  // d(total loss)/d(per-token loss): the engine sets loss_scale / (GAS * tokens per micro-batch),
+  // so the head's fused cross-entropy writes gradients of the scaled, averaged loss directly.
+  float dloss = 1.0f;
+};
+
+class Unit {
+ public:
+  explicit Unit(std::string name) : name_(std::move(name)) {}
+  virtual ~Unit() = default;
+  Unit(const Unit&) = delete;
+  Unit& operator=(const Unit&) = delete;
+
+  const std::string& name() const { return name_; }
+  std::vector<Param*> params();
+  // Elements of the unit's parameters including alignment gaps (the unpadded flat size).
+  int64_t flat_numel() const { return flat_numel_; }
+  // Points every Param's value/grad at its slice of the given flat buffers (numel >= flat_numel).
+  void bind(const Tensor& flat_value, const Tensor& flat_grad);
+  // Indices of other units whose parameters this unit also reads (tied weights): the ZeRO-3
+  // schedule gathers them too before this unit runs.
+  const std::vector<int>& extra_units() const { return extra_units_; }
+
+  virtual Tensor forward(Context& ctx, const Tensor& in) = 0;
+  virtual Tensor backward(Context& ctx, const Tensor& dout) = 0;
+
+ protected:
+  Param& add_param(std::string name, Shape shape, ParamInit init, float std = 0.02f);
+  void add_extra_unit(int index) { extra_units_.push_back(index); }
+
+ private:
+  std::string name_;
+  std::vector<std::unique_ptr<Param>> params_;
+  std::vector<int> extra_units_;
+  int64_t flat_numel_ = 0;
+};
+
+}  // namespace zt::nn

@@ -1,0 +1,44 @@
+// Model: an ordered list of units run one after another. forward/backward take optional hooks
+// called around each unit, which is where the ZeRO layer gathers and releases parameters and
+// reduces gradients: the schedule is the unit order, known in advance, so nothing is traced.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zt/nn/layer.h"
+
+namespace zt::nn {
+
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual void before_forward(int unit) {}
+  virtual void after_forward(int unit) {}
+  virtual void before_backward(int unit) {}
+  virtual void after_backward(int unit) {}
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual std::string name() const = 0;
+  // Token ids must be below this (0: not a language model).
+  virtual int64_t vocab_size() const { return 0; }
+  std::vector<std::unique_ptr<Unit>>& units() { return units_; }
+  const std::vector<std::unique_ptr<Unit>>& units() const { return units_; }
+  int64_t num_params() const;  // parameters (not counting alignment gaps)
+
+  // Runs every unit in order on `input`. With ctx.targets set, the last unit returns per-token
+  // losses; without, it returns logits.
+  Tensor forward(Context& ctx, const Tensor& input, UnitHooks* hooks = nullptr);
+  // Backward through every unit in reverse order, starting from the gradient the last unit
+  // computed in its forward (fused loss). Parameter gradients accumulate.
+  void backward(Context& ctx, UnitHooks* hooks = nullptr);
+
+ protected:
+  std::vector<std::unique_ptr<Unit>> units_;
+};
+
+}  // namespace zt::nn

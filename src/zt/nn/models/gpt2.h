@@ -1,0 +1,42 @@
+// GPT-2: token + position embedding, L pre-norm transformer blocks (causal self-attention and a
+// 4x GELU MLP), a final layernorm and a language-model head tied to the token embedding. GPT-2's
+// initialisation: N(0, 0.02) weights, residual projections N(0, 0.02/sqrt(2L)), zero biases,
+// unit layernorm gains. Units: [embedding, block 0..L-1, head]; the head reads the embedding's wte
+// (tied), declared as an extra unit.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "zt/nn/model.h"
+
+namespace zt::nn {
+
+struct Gpt2Config {
+  int n_layer = 12;
+  int n_head = 12;
+  int n_embd = 768;
+  int vocab_size = 50257;
+  int padded_vocab_size = 50304;  // vocab rounded up to a multiple of 128 (GEMM-friendly)
+  int max_seq_len = 1024;
+};
+
+// Named sizes: gpt2-tiny (tests and the CPU demo, byte-level vocabulary), gpt2 (124M),
+// gpt2-medium (350M), gpt2-large (774M), gpt2-xl (1.5B), gpt-1.3b (24 layers, width 2048).
+Result<Gpt2Config> gpt2_config_named(std::string_view name);
+std::vector<std::string> gpt2_config_names();
+// Rounds vocab up to a multiple of 64 (tiny vocabularies) or 128.
+int gpt2_padded_vocab(int vocab);
+
+class Gpt2 : public Model {
+ public:
+  explicit Gpt2(const Gpt2Config& config);
+  std::string name() const override { return "gpt2"; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  const Gpt2Config& config() const { return config_; }
+
+ private:
+  Gpt2Config config_;
+};
+
+}  // namespace zt::nn

@@ -1,0 +1,57 @@
+// Optimizers over the unit-flat fp32 master weights: Adam/AdamW (DeepSpeed's math), SGD (torch),
+// Lamb (DeepSpeed FusedLamb). One call steps every chunk through the multi-tensor kernels of
+// kernels/ops.h; the 16-bit compute copy is written in the same pass when there is one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "zt/kernels/ops.h"
+
+namespace zt::optim {
+
+enum class OptimizerKind : unsigned char { kAdam, kSgd, kLamb };
+
+struct OptimizerSpec {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  kernels::AdamMode adam_mode = kernels::AdamMode::kAdamW;
+  kernels::BiasCorrection bias_correction = kernels::BiasCorrection::kOn;
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+  double max_coeff = 10.0, min_coeff = 0.01;
+};
+
+// fp32 state buffers per parameter element.
+int optimizer_state_count(const OptimizerSpec& spec);
+std::string optimizer_name(const OptimizerSpec& spec);
+
+// Per-step values that schedulers change.
+struct StepValues {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  float grad_scale = 1.0f;  // gradients are multiplied by this first
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerSpec& spec) : spec_(spec) {}
+  const OptimizerSpec& spec() const { return spec_; }
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  // Applies one step to every chunk (all on `device`). Lamb expects one chunk per parameter
+  // tensor (its trust ratio is per tensor); Adam and SGD take any split.
+  void step(const StepValues& v, std::span<const kernels::OptimChunk> chunks, Device device,
+            const Stream& s);
+
+ private:
+  OptimizerSpec spec_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace zt::optim

@@ -1,0 +1,112 @@
+// The training engine: DeepSpeed's engine API and semantics (reference §4) over ZeroTrain's
+// explicit-backward models. One process for now; the ZeRO stages plug in under the same API.
+//
+//   auto engine = zt::initialize(model, config, {.device = Device::cuda(0)});
+//   for (...) {
+//     float loss = engine->forward(tokens, targets).value();
+//     engine->backward(loss);  // divides by gradient_accumulation_steps, applies the loss scale
+//     engine->step();          // every micro-batch; acts at the accumulation boundary
+//   }
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "zt/core/tensor.h"
+#include "zt/nn/model.h"
+#include "zt/optim/optimizer.h"
+#include "zt/runtime/config.h"
+#include "zt/runtime/loss_scaler.h"
+#include "zt/runtime/lr_scheduler.h"
+#include "zt/zero/flat_params.h"
+
+namespace zt {
+
+struct EngineOptions {
+  Device device = Device::cpu();
+  uint64_t seed = 1234;  // parameter initialisation
+};
+
+// What happened at the last optimizer step (the boundary micro-batch).
+struct StepStats {
+  int64_t step = 0;          // global_steps after the step
+  double loss = 0;           // mean loss over the step's micro-batches
+  double lr = 0;             // learning rate the step used
+  double loss_scale = 1;     // scale the step's gradients carried
+  double grad_norm = 0;      // global L2 norm of the unscaled gradients (-1 if inf/nan)
+  bool skipped = false;      // fp16 overflow: step skipped
+  int64_t samples = 0;       // global_samples after the step
+};
+
+class Engine {
+ public:
+  // Use initialize(), which validates first.
+  Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOptions& options,
+         std::unique_ptr<LrScheduler> scheduler);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // One micro-batch: tokens and targets are (micro_batch, T) i32 on the host. Returns the mean
+  // per-token loss (unscaled).
+  Result<float> forward(const Tensor& tokens, const Tensor& targets);
+  // Backward of the last forward (the loss value is only recorded).
+  void backward(float loss);
+  // Called every micro-batch; at the accumulation boundary it unscales, checks overflow, clips,
+  // steps the optimizer and scheduler, zeroes gradients and advances global_steps. A non-ok
+  // Status means training cannot go on (fp16 loss scale at its minimum).
+  Status step();
+
+  bool is_gradient_accumulation_boundary() const;
+  int64_t global_steps() const { return global_steps_; }
+  int64_t global_samples() const { return global_samples_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  double lr() const;  // the learning rate the next step will use
+  double loss_scale() const { return scaler_.scale(); }
+  const std::optional<StepStats>& last_step() const { return last_step_; }
+  const LrScheduler* lr_scheduler() const { return scheduler_.get(); }
+
+  const DeepSpeedConfig& config() const { return config_; }
+  nn::Model& model() { return model_; }
+  Device device() const { return options_.device; }
+  DType compute_dtype() const { return ctx_.compute_dtype; }
+  const Stream& stream() const { return ctx_.stream; }
+  zero::ModelStateBytes model_state_bytes() const { return params_->state_bytes(); }
+  const optim::OptimizerSpec& optimizer_spec() const { return optimizer_.spec(); }
+  zero::FlatParams& flat_params() { return *params_; }
+  // A forward-only context (for generation / evaluation) on this engine's device and dtype.
+  nn::Context eval_context() const;
+
+ private:
+  Status apply_step(StepStats& stats);
+  void report_progress() const;
+
+  nn::Model& model_;
+  DeepSpeedConfig config_;
+  EngineOptions options_;
+  nn::Context ctx_;
+  DType round_dtype_;  // the precision parameters are rounded to (CPU emulation of bf16/fp16)
+  std::unique_ptr<zero::FlatParams> params_;
+  optim::Optimizer optimizer_;
+  std::unique_ptr<LrScheduler> scheduler_;
+  LossScaler scaler_;
+  Tensor targets_dev_;
+  Tensor found_inf_;  // (1) f32
+  Tensor norm_acc_;   // (1) f64
+  int64_t global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0, micro_steps_ = 0;
+  double loss_sum_ = 0;
+  int loss_count_ = 0;
+  bool have_forward_ = false;
+  std::optional<StepStats> last_step_;
+};
+
+// DeepSpeed's deepspeed.initialize for ZeroTrain models: validates the config against this
+// process (device, dtype), builds the engine. Errors name the key or device at fault.
+Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConfig& config,
+                                           const EngineOptions& options = {});
+
+// The optimizer spec a config asks for (AdamW with DeepSpeed's defaults when there is no block).
+optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config);
+
+}  // namespace zt

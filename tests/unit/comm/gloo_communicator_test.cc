@@ -1,0 +1,381 @@
+// Tests of the Gloo communicator (src/zt/comm/gloo/) and the backend choice, with W in {2, 3, 4}
+// ranks as threads of this test, each with its own store client and Gloo context on 127.0.0.1.
+// Every collective and dtype is checked against values computed here from rank-dependent data
+// (integers and halves, exact in bf16, so sums are exact); sizes are not multiples of W. Failure
+// tests: a rank that never arrives, a rank that skips a collective, a rank that dies.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <latch>
+#include <thread>
+
+#include "zt/comm/communicator.h"
+
+namespace zt {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+int free_tcp_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+DistEnv rank_env(int rank, int world, int port, std::chrono::milliseconds timeout) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = world;
+  env.local_rank = rank;
+  env.local_size = world;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  env.job_token = "gloo-test";
+  env.timeout = timeout;
+  env.source = DistSource::kRankEnv;
+  return env;
+}
+
+// Runs fn(rank) on `world` threads and joins them.
+void run_ranks(int world, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(fn, r);
+  for (std::thread& t : threads) t.join();
+}
+
+std::unique_ptr<Communicator> create(const DistEnv& env) {
+  auto c = communicator_create(env, Device::cpu());
+  EXPECT_TRUE(c.is_ok()) << "rank " << env.rank << ": " << c.status().message();
+  return c.is_ok() ? std::move(c).value() : nullptr;
+}
+
+// Rank-dependent data: small integers (u8: 1..11; others -5..5), halved for float dtypes, so
+// every value and every sum of up to 4 of them is exact in bf16. Ranks differ at every index.
+double value(int rank, int64_t i, DType d) {
+  double v = static_cast<double>((rank * 3 + i * 5) % 11) + 1;
+  if (d == DType::u8) return v;
+  v -= 6;
+  return dtype_is_float(d) ? v * 0.5 : v;
+}
+
+std::vector<double> values(int rank, int64_t n, DType d, int64_t offset = 0) {
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = value(rank, offset + i, d);
+  return out;
+}
+
+// The oracle: element i of the reduction over ranks of value(q, i).
+double reduced(ReduceOp op, int world, int64_t i, DType d) {
+  double sum = 0, mx = -1e9, mn = 1e9;
+  for (int q = 0; q < world; ++q) {
+    double v = value(q, i, d);
+    sum += v;
+    mx = std::max(mx, v);
+    mn = std::min(mn, v);
+  }
+  switch (op) {
+    case ReduceOp::kSum:
+      return sum;
+    case ReduceOp::kMax:
+      return mx;
+    case ReduceOp::kMin:
+      return mn;
+    case ReduceOp::kAvg:
+      return dtype_is_float(d) ? sum / world : std::trunc(sum / world);
+  }
+  return 0;
+}
+
+// Relative tolerance of an average (the only inexact result) in each dtype.
+double avg_tolerance(DType d) {
+  switch (d) {
+    case DType::bf16:
+      return 1.0 / 256;
+    case DType::f16:
+      return 1.0 / 2048;
+    case DType::f32:
+      return 1e-6;
+    default:
+      return 0;
+  }
+}
+
+void expect_reduced(const std::vector<double>& got, ReduceOp op, int world, DType d, int64_t offset,
+                    const char* what) {
+  for (size_t k = 0; k < got.size(); ++k) {
+    double want = reduced(op, world, offset + static_cast<int64_t>(k), d);
+    double tol = op == ReduceOp::kAvg ? avg_tolerance(d) * std::abs(want) : 0;
+    EXPECT_LE(std::abs(got[k] - want), tol)
+        << what << " " << reduce_op_name(op) << " " << dtype_name(d) << " W=" << world
+        << " element " << offset + static_cast<int64_t>(k) << ": got " << got[k] << ", want "
+        << want;
+  }
+}
+
+void expect_ok(CommHandle h, const char* what) {
+  Status s = h.wait();
+  EXPECT_TRUE(s.is_ok()) << what << ": " << s.message();
+}
+
+const DType kDTypes[] = {DType::f32, DType::f16, DType::bf16, DType::f64,
+                         DType::i32, DType::i64, DType::u8};
+const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg};
+
+class GlooWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooWorld, EveryCollectiveEveryDtype) {
+  const int world = GetParam();
+  const int port = free_tcp_port();
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 20s));
+    ASSERT_NE(comm, nullptr);
+    EXPECT_EQ(comm->backend_name(), "gloo");
+    EXPECT_EQ(comm->rank(), rank);
+    EXPECT_EQ(comm->world_size(), world);
+    for (DType d : kDTypes) {
+      // all_reduce of 7 elements: not a multiple of W.
+      for (ReduceOp op : kOps) {
+        Tensor t = Tensor::from_doubles(values(rank, 7, d), {7}, d);
+        expect_ok(comm->all_reduce(t, op), "all_reduce");
+        expect_reduced(t.to_doubles(), op, world, d, 0, "all_reduce");
+      }
+      // reduce_scatter: blocks of 5; rank r gets block r.
+      for (ReduceOp op : kOps) {
+        const int64_t block = 5;
+        Tensor in = Tensor::from_doubles(values(rank, block * world, d), {block * world}, d);
+        Tensor out = Tensor::zeros({block}, d);
+        expect_ok(comm->reduce_scatter(out, in, op), "reduce_scatter");
+        expect_reduced(out.to_doubles(), op, world, d, rank * block, "reduce_scatter");
+      }
+      // all_gather: blocks of 5, then the in-place form (in is this rank's slot of out).
+      {
+        Tensor in = Tensor::from_doubles(values(rank, 5, d), {5}, d);
+        Tensor out = Tensor::zeros({5 * world}, d);
+        expect_ok(comm->all_gather(out, in), "all_gather");
+        std::vector<double> got = out.to_doubles();
+        Tensor inplace = Tensor::zeros({5 * world}, d);
+        Tensor slot = inplace.view(rank * 5, {5});
+        slot.copy_from(in);
+        expect_ok(comm->all_gather(inplace, slot), "all_gather in place");
+        std::vector<double> got_inplace = inplace.to_doubles();
+        for (int q = 0; q < world; ++q) {
+          for (int64_t k = 0; k < 5; ++k) {
+            EXPECT_EQ(got[static_cast<size_t>(q * 5 + k)], value(q, k, d))
+                << "all_gather " << dtype_name(d) << " rank " << q << " element " << k;
+            EXPECT_EQ(got_inplace[static_cast<size_t>(q * 5 + k)], value(q, k, d))
+                << "in-place all_gather " << dtype_name(d);
+          }
+        }
+      }
+      // broadcast of 7 elements from the last rank.
+      {
+        const int root = world - 1;
+        Tensor t = Tensor::from_doubles(values(rank, 7, d), {7}, d);
+        expect_ok(comm->broadcast(t, root), "broadcast");
+        EXPECT_EQ(t.to_doubles(), values(root, 7, d)) << "broadcast " << dtype_name(d);
+      }
+    }
+    expect_ok(comm->barrier(), "barrier");
+  });
+}
+
+TEST_P(GlooWorld, SendRecvRingPostedBeforeWaiting) {
+  const int world = GetParam();
+  const int port = free_tcp_port();
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 20s));
+    ASSERT_NE(comm, nullptr);
+    const int right = (rank + 1) % world;
+    const int left = (rank + world - 1) % world;
+    // Two messages each way, every rank sending first: the k-th send matches the k-th recv.
+    Tensor a = Tensor::from_doubles(values(rank, 6, DType::f32), {6}, DType::f32);
+    Tensor b = Tensor::from_doubles(values(rank + 5, 3, DType::i64), {3}, DType::i64);
+    Tensor ra = Tensor::zeros({6}, DType::f32);
+    Tensor rb = Tensor::zeros({3}, DType::i64);
+    CommHandle s1 = comm->send(a, right);
+    CommHandle s2 = comm->send(b, right);
+    CommHandle r1 = comm->recv(ra, left);
+    CommHandle r2 = comm->recv(rb, left);
+    expect_ok(std::move(s1), "send 1");
+    expect_ok(std::move(s2), "send 2");
+    expect_ok(std::move(r1), "recv 1");
+    expect_ok(std::move(r2), "recv 2");
+    EXPECT_EQ(ra.to_doubles(), values(left, 6, DType::f32));
+    EXPECT_EQ(rb.to_doubles(), values(left + 5, 3, DType::i64));
+    expect_ok(comm->barrier(), "barrier");
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorld, ::testing::Values(2, 3, 4));
+
+// Larger sizes than the tests above: Gloo's algorithms split work into per-rank segments; W=3
+// exercises the non-power-of-two path of the halving-doubling reduce-scatter.
+TEST(GlooCommunicator, LargerReduceScatterAndAllReduce) {
+  const int world = 3;
+  const int port = free_tcp_port();
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 20s));
+    ASSERT_NE(comm, nullptr);
+    const int64_t block = 40'001;
+    Tensor in =
+        Tensor::from_doubles(values(rank, block * world, DType::f32), {block * world}, DType::f32);
+    Tensor out = Tensor::zeros({block}, DType::f32);
+    expect_ok(comm->reduce_scatter(out, in, ReduceOp::kSum), "reduce_scatter");
+    expect_reduced(out.to_doubles(), ReduceOp::kSum, world, DType::f32, rank * block,
+                   "large reduce_scatter");
+    expect_ok(comm->all_reduce(in, ReduceOp::kSum), "all_reduce");
+    expect_reduced(in.to_doubles(), ReduceOp::kSum, world, DType::f32, 0, "large all_reduce");
+    expect_ok(comm->barrier(), "barrier");
+  });
+}
+
+// reduce_scatter runs in rounds of bounded scratch; a tiny bound makes 13-element blocks take
+// three rounds (5, 5, 3 elements per rank-block with W=3 and 4-byte compute values).
+TEST(GlooCommunicator, ReduceScatterInSeveralRounds) {
+  const int world = 3;
+  const int port = free_tcp_port();
+  setenv("ZT_GLOO_SCATTER_CHUNK_BYTES", "64", 1);
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 20s));
+    ASSERT_NE(comm, nullptr);
+    for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+      const int64_t block = 13;
+      Tensor in = Tensor::from_doubles(values(rank, block * world, d), {block * world}, d);
+      Tensor out = Tensor::zeros({block}, d);
+      expect_ok(comm->reduce_scatter(out, in, ReduceOp::kSum), "reduce_scatter");
+      expect_reduced(out.to_doubles(), ReduceOp::kSum, world, d, rank * block,
+                     "reduce_scatter in rounds");
+    }
+    expect_ok(comm->barrier(), "barrier");
+  });
+  unsetenv("ZT_GLOO_SCATTER_CHUNK_BYTES");
+}
+
+TEST(GlooCommunicator, RankThatNeverArrivesFailsTheOthersWithinTheTimeout) {
+  const int world = 3;
+  const int port = free_tcp_port();
+  run_ranks(world - 1, [&](int rank) {  // rank 2 is never started
+    auto start = Clock::now();
+    auto c = communicator_create(rank_env(rank, world, port, 1500ms), Device::cpu());
+    auto took = Clock::now() - start;
+    ASSERT_FALSE(c.is_ok());
+    EXPECT_EQ(c.status().code(), StatusCode::kTimeout) << c.status().message();
+    EXPECT_NE(c.status().message().find("rank 2"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(fmt::format("rank {} of 3", rank)), std::string::npos)
+        << c.status().message();
+    EXPECT_LT(took, 8s);
+  });
+}
+
+TEST(GlooCommunicator, RankThatSkipsACollectiveTimesOutTheOthers) {
+  const int world = 2;
+  const int port = free_tcp_port();
+  std::latch rank0_done(1);
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 1500ms));
+    ASSERT_NE(comm, nullptr);
+    if (rank == 1) {
+      rank0_done.wait();  // alive, but never calls all_reduce
+      return;
+    }
+    Tensor t = Tensor::from_doubles({1, 2, 3}, {3}, DType::f32);
+    auto start = Clock::now();
+    Status s = comm->all_reduce(t, ReduceOp::kSum).wait();
+    auto took = Clock::now() - start;
+    EXPECT_EQ(s.code(), StatusCode::kTimeout) << s.message();
+    EXPECT_NE(s.message().find("all_reduce on rank 0 of 2 failed"), std::string::npos)
+        << s.message();
+    EXPECT_GE(took, 1s);
+    EXPECT_LT(took, 8s);
+    // The communicator refuses further work at once, with the first failure.
+    start = Clock::now();
+    Status again = comm->barrier().wait();
+    EXPECT_FALSE(again.is_ok());
+    EXPECT_NE(again.message().find("earlier failure"), std::string::npos) << again.message();
+    EXPECT_LT(Clock::now() - start, 1s);
+    rank0_done.count_down();
+  });
+}
+
+// (world, rank that dies)
+class GlooDeadPeer : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(GlooDeadPeer, NextCollectiveNamesTheDeadPeer) {
+  const auto [world, dead] = GetParam();
+  const int port = free_tcp_port();
+  std::latch died(1);
+  run_ranks(world, [&, world = world, dead = dead](int rank) {
+    // A long timeout: the failure must come from the closed connection, not the timeout.
+    auto comm = create(rank_env(rank, world, port, 30s));
+    ASSERT_NE(comm, nullptr);
+    Tensor t = Tensor::from_doubles(values(rank, 4, DType::f32), {4}, DType::f32);
+    expect_ok(comm->all_reduce(t, ReduceOp::kSum), "all_reduce before the death");
+    if (rank == dead) {
+      expect_ok(comm->barrier(), "barrier");  // everyone is past the first all_reduce
+      comm.reset();                           // closes every connection, like a killed process
+      died.count_down();
+      return;
+    }
+    expect_ok(comm->barrier(), "barrier");
+    died.wait();
+    std::this_thread::sleep_for(100ms);
+    auto start = Clock::now();
+    Status s = comm->all_reduce(t, ReduceOp::kSum).wait();
+    EXPECT_FALSE(s.is_ok());
+    EXPECT_LT(Clock::now() - start, 10s);
+    EXPECT_NE(s.message().find(fmt::format("all_reduce on rank {} of {} failed", rank, world)),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find(fmt::format("peer rank {}", dead)), std::string::npos)
+        << s.message();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Deaths, GlooDeadPeer, ::testing::Values(std::pair{2, 0}, std::pair{3, 1}));
+
+TEST(StubCommunicator, WorldOfOneCopiesOrDoesNothing) {
+  auto c = communicator_create(DistEnv{}, Device::cpu());
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  Communicator& comm = **c;
+  EXPECT_EQ(comm.backend_name(), "stub");
+  EXPECT_EQ(comm.world_size(), 1);
+  for (ReduceOp op : kOps) {
+    Tensor t = Tensor::from_doubles({1.5, -2, 3}, {3}, DType::bf16);
+    expect_ok(comm.all_reduce(t, op), "all_reduce");
+    EXPECT_EQ(t.to_doubles(), (std::vector<double>{1.5, -2, 3}));
+  }
+  Tensor in = Tensor::from_doubles({4, 5}, {2}, DType::i32);
+  Tensor out = Tensor::zeros({2}, DType::i32);
+  expect_ok(comm.reduce_scatter(out, in, ReduceOp::kSum), "reduce_scatter");
+  EXPECT_EQ(out.to_doubles(), (std::vector<double>{4, 5}));
+  Tensor gathered = Tensor::zeros({2}, DType::i32);
+  expect_ok(comm.all_gather(gathered, in), "all_gather");
+  EXPECT_EQ(gathered.to_doubles(), (std::vector<double>{4, 5}));
+  expect_ok(comm.broadcast(in, 0), "broadcast");
+  expect_ok(comm.barrier(), "barrier");
+}
+
+TEST(StubCommunicatorDeathTest, MisuseAborts) {
+  auto c = communicator_create(DistEnv{}, Device::cpu());
+  ASSERT_TRUE(c.is_ok());
+  Tensor t = Tensor::zeros({2}, DType::f32);
+  Tensor wrong = Tensor::zeros({3}, DType::f32);
+  EXPECT_DEATH((void)(*c)->reduce_scatter(wrong, t, ReduceOp::kSum), "reduce_scatter");
+  EXPECT_DEATH((void)(*c)->send(t, 1), "no peer");
+}
+
+}  // namespace
+}  // namespace zt

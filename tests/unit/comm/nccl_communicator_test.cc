@@ -1,0 +1,182 @@
+// Tests of the NCCL communicator (src/zt/comm/nccl/) with 2 ranks as threads of this test on
+// cuda:0 and cuda:1; skipped without two CUDA devices. Same oracle as the Gloo tests: every
+// collective and dtype against values computed here, plus the watchdog: a rank that skips a
+// collective makes the other's wait() fail at the timeout (and abort NCCL) instead of hanging.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <latch>
+#include <thread>
+
+#include "zt/comm/communicator.h"
+
+namespace zt {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kWorld = 2;
+
+int free_tcp_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+DistEnv rank_env(int rank, int port, std::chrono::milliseconds timeout) {
+  DistEnv env;
+  env.rank = rank;
+  env.world_size = kWorld;
+  env.local_rank = rank;
+  env.local_size = kWorld;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  env.job_token = "nccl-test";
+  env.timeout = timeout;
+  env.source = DistSource::kRankEnv;
+  return env;
+}
+
+void run_ranks(const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kWorld; ++r) threads.emplace_back(fn, r);
+  for (std::thread& t : threads) t.join();
+}
+
+std::unique_ptr<Communicator> create(const DistEnv& env) {
+  auto c = communicator_create(env, Device::cuda(env.rank));
+  EXPECT_TRUE(c.is_ok()) << "rank " << env.rank << ": " << c.status().message();
+  return c.is_ok() ? std::move(c).value() : nullptr;
+}
+
+// As in gloo_communicator_test.cc: small integers (halved for floats), exact in bf16.
+double value(int rank, int64_t i, DType d) {
+  double v = static_cast<double>((rank * 3 + i * 5) % 11) + 1;
+  if (d == DType::u8) return v;
+  v -= 6;
+  return dtype_is_float(d) ? v * 0.5 : v;
+}
+
+std::vector<double> values(int rank, int64_t n, DType d) {
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = value(rank, i, d);
+  return out;
+}
+
+double reduced(ReduceOp op, int64_t i, DType d) {
+  double a = value(0, i, d), b = value(1, i, d);
+  switch (op) {
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kAvg:
+      return dtype_is_float(d) ? (a + b) / 2 : std::trunc((a + b) / 2);
+  }
+  return 0;
+}
+
+void expect_ok(CommHandle h, const char* what) {
+  Status s = h.wait();
+  EXPECT_TRUE(s.is_ok()) << what << ": " << s.message();
+}
+
+#define ZT_SKIP_WITHOUT_TWO_GPUS()                                               \
+  do {                                                                           \
+    if (::zt::cuda_device_count() < 2) GTEST_SKIP() << "needs two CUDA devices"; \
+  } while (0)
+
+TEST(NcclCommunicator, EveryCollectiveEveryDtype) {
+  ZT_SKIP_WITHOUT_TWO_GPUS();
+  const int port = free_tcp_port();
+  run_ranks([&](int rank) {
+    auto comm = create(rank_env(rank, port, 60s));
+    ASSERT_NE(comm, nullptr);
+    EXPECT_EQ(comm->backend_name(), "nccl");
+    const Device dev = Device::cuda(rank);
+    for (DType d :
+         {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32, DType::i64, DType::u8}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg}) {
+        Tensor t = Tensor::from_doubles(values(rank, 7, d), {7}, d, dev);
+        expect_ok(comm->all_reduce(t, op), "all_reduce");
+        std::vector<double> got = t.to_doubles();
+        for (int64_t i = 0; i < 7; ++i) {
+          EXPECT_NEAR(got[static_cast<size_t>(i)], reduced(op, i, d), 1e-2)
+              << "all_reduce " << reduce_op_name(op) << " " << dtype_name(d) << " [" << i << "]";
+        }
+        Tensor in = Tensor::from_doubles(values(rank, 10, d), {10}, d, dev);
+        Tensor out = Tensor::zeros({5}, d, dev);
+        expect_ok(comm->reduce_scatter(out, in, op), "reduce_scatter");
+        got = out.to_doubles();
+        for (int64_t k = 0; k < 5; ++k) {
+          EXPECT_NEAR(got[static_cast<size_t>(k)], reduced(op, rank * 5 + k, d), 1e-2)
+              << "reduce_scatter " << reduce_op_name(op) << " " << dtype_name(d);
+        }
+      }
+      Tensor in = Tensor::from_doubles(values(rank, 5, d), {5}, d, dev);
+      Tensor out = Tensor::zeros({10}, d, dev);
+      expect_ok(comm->all_gather(out, in), "all_gather");
+      std::vector<double> want = values(0, 5, d);
+      std::vector<double> second = values(1, 5, d);
+      want.insert(want.end(), second.begin(), second.end());
+      EXPECT_EQ(out.to_doubles(), want) << "all_gather " << dtype_name(d);
+      Tensor b = Tensor::from_doubles(values(rank, 7, d), {7}, d, dev);
+      expect_ok(comm->broadcast(b, 1), "broadcast");
+      EXPECT_EQ(b.to_doubles(), values(1, 7, d)) << "broadcast " << dtype_name(d);
+    }
+    // Rank 0 sends first, rank 1 receives first (no cycle of sends).
+    Tensor s = Tensor::from_doubles(values(rank, 6, DType::f32), {6}, DType::f32, dev);
+    Tensor r = Tensor::zeros({6}, DType::f32, dev);
+    const int peer = 1 - rank;
+    if (rank == 0) {
+      expect_ok(comm->send(s, peer), "send");
+      expect_ok(comm->recv(r, peer), "recv");
+    } else {
+      expect_ok(comm->recv(r, peer), "recv");
+      expect_ok(comm->send(s, peer), "send");
+    }
+    EXPECT_EQ(r.to_doubles(), values(peer, 6, DType::f32));
+    expect_ok(comm->barrier(), "barrier");
+  });
+}
+
+TEST(NcclCommunicator, RankThatSkipsACollectiveTimesOutTheOtherWithoutHanging) {
+  ZT_SKIP_WITHOUT_TWO_GPUS();
+  const int port = free_tcp_port();
+  std::latch rank0_done(1);
+  run_ranks([&](int rank) {
+    auto comm = create(rank_env(rank, port, 3s));
+    ASSERT_NE(comm, nullptr);
+    if (rank == 1) {
+      rank0_done.wait();  // alive, but never calls all_reduce
+      return;
+    }
+    Tensor t = Tensor::from_doubles({1, 2, 3}, {3}, DType::f32, Device::cuda(0));
+    auto start = Clock::now();
+    Status st = comm->all_reduce(t, ReduceOp::kSum).wait();
+    EXPECT_EQ(st.code(), StatusCode::kTimeout) << st.message();
+    EXPECT_NE(st.message().find("all_reduce on rank 0 of 2 failed"), std::string::npos)
+        << st.message();
+    EXPECT_LT(Clock::now() - start, 20s);
+    Status again = comm->barrier().wait();
+    EXPECT_NE(again.message().find("earlier failure"), std::string::npos) << again.message();
+    rank0_done.count_down();
+  });
+}
+
+}  // namespace
+}  // namespace zt
