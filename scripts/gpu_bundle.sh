@@ -13,9 +13,10 @@ mkdir -p gpu_bundle/bin gpu_bundle/lib
 cp "$build_dir"/bin/zt "$build_dir"/bin/zt_bench_gpt2 gpu_bundle/bin/
 cp "$build_dir"/tests/zt_gpu_tests "$build_dir"/tests/zt_unit_tests gpu_bundle/bin/
 strip gpu_bundle/bin/*
-# Libraries outside glibc/libstdc++/CUDA that the binaries load.
+# Libraries the binaries load that a stock CUDA machine lacks (Gloo and its dependencies; the
+# GPU image has glibc, libstdc++, CUDA, NCCL, OpenBLAS, gfortran, gomp and fmt 9).
 for b in gpu_bundle/bin/*; do
   ldd "$b" | awk '/=>/ {print $3}'
-done | sort -u | grep -vE 'libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libcuda|libcudart|libcublas|libnccl|libpthread|libdl\.so|librt\.so' |
+done | sort -u | grep -vE 'libopenblas|libgfortran|libquadmath|libgomp|libfmt|libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libcuda|libcudart|libcublas|libnccl|libpthread|libdl\.so|librt\.so' |
   while read -r lib; do cp -L "$lib" gpu_bundle/lib/; done
 du -sh gpu_bundle

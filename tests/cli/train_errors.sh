@@ -30,7 +30,7 @@ expect_error() {
   echo "ok: $what"
 }
 
-printf '{"train_batch_size": 4,}' >"$tmp/badjson.json"
+printf '{"train_batch_size": 4, "bf16": {"enabled" true}}' >"$tmp/badjson.json"
 printf '{"train_batch_size": 4, "zero_optimization": {"stage": 2, "reduce_bucket_sise": 5}}' >"$tmp/unknown.json"
 printf '{"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 2}' >"$tmp/triad.json"
 printf '{"train_batch_size": 4, "train_batch_size": 8}' >"$tmp/dup.json"

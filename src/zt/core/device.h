@@ -40,7 +40,7 @@ class Stream {
  public:
   Stream() = default;
   Stream(Device device, void* handle) : device_(device), handle_(handle) {}
-  // Creates a new non-blocking stream on `device` (a null stream on the CPU). Not owned: streams
+  // Creates a new stream on `device` that synchronises with the legacy default stream (a null stream on the CPU). Not owned: streams
   // live for the process (they are few: compute, communication, copy).
   static Stream create(Device device);
   Device device() const { return device_; }

@@ -27,7 +27,9 @@ void set_device(int index) { ZT_CUDA_CHECK(cudaSetDevice(index)); }
 void* stream_create(int device) {
   ZT_CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t s = nullptr;
-  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // A blocking stream: work on the legacy default stream (host copies made without an explicit
+  // stream, e.g. Tensor::to_doubles) waits for it, so such reads never see unfinished results.
+  ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault));
   return s;
 }
 
