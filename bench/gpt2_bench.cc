@@ -111,7 +111,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", loss.status().message().c_str());
       return 1;
     }
-    e.backward(*loss);
+    if (auto st = e.backward(*loss); !st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      return 1;
+    }
     if (auto st = e.step(); !st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;

@@ -13,6 +13,8 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "progress.h"
+#include "zt/comm/communicator.h"
+#include "zt/comm/env.h"
 #include "zt/core/log.h"
 #include "zt/data/batch_sampler.h"
 #include "zt/data/byte_tokenizer.h"
@@ -48,6 +50,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--sample-tokens", FlagKind::kValue, "tokens to generate at the end (default 200, 0: none)", "N"},
     {"--prompt", FlagKind::kValue, "prompt for the sample (byte-level models)", "TEXT"},
     {"--local_rank", FlagKind::kValue, "set by launchers; ZeroTrain reads LOCAL_RANK", "N"},
+    {"--dump-params", FlagKind::kValue, "after training, write the fp32 parameters (raw, unit order)", "FILE"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
 
@@ -146,18 +149,26 @@ int cmd_train(const Args& args) {
                                  mc->max_seq_len));
   }
 
-  // Device.
-  Device device = cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+  // Ranks: from the launcher's environment (zt launch, deepspeed, torchrun, mpirun, srun).
+  auto env = dist_env_from_environment();
+  if (!env) return fail(env.status());
+  const int rank = env->rank, world = env->world_size;
+  if (world > 1) set_log_rank(rank);
+
+  // Device: each rank uses the GPU of its local rank.
+  Device device = cuda_device_count() > 0 ? Device::cuda(env->local_rank) : Device::cpu();
   if (auto d = a.get("--device")) {
     auto pd = device_parse(*d);
     if (!pd) return fail(pd.status());
     device = *pd;
+    if (device.is_cuda() && *d == "cuda") device = Device::cuda(env->local_rank);
   }
   if (Status s = device_check(device); !s.is_ok()) return fail(s);
 
-  // Config (one process for now).
-  auto cfg = config_load(*config_path, 1);
+  auto cfg = config_load(*config_path, world);
   if (!cfg) return fail(cfg.status());
+  auto comm = communicator_create(*env, device);
+  if (!comm) return fail(comm.status());
 
   // Data.
   std::string data_path;
@@ -181,27 +192,31 @@ int cmd_train(const Args& args) {
   }
   auto sampler = BatchSampler::create(
       shared_file, {.batch_size = cfg->train_micro_batch_size_per_gpu, .seq_len = *seq,
-                    .order = order, .seed = static_cast<uint64_t>(*seed), .rank = 0,
-                    .world_size = 1, .vocab_size = mc->vocab_size});
+                    .order = order, .seed = static_cast<uint64_t>(*seed), .rank = rank,
+                    .world_size = world, .vocab_size = mc->vocab_size});
   if (!sampler) return fail(sampler.status());
 
   nn::Gpt2 model(*mc);
-  auto engine_r = initialize(model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed)});
+  auto engine_r = initialize(model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed),
+                                           .comm = comm->get()});
   if (!engine_r) return fail(engine_r.status());
   Engine& engine = **engine_r;
 
   std::unique_ptr<std::ofstream> metrics;
-  if (auto m = a.get("--metrics-out")) {
+  if (auto m = a.get("--metrics-out"); m && rank == 0) {
     metrics = std::make_unique<std::ofstream>(*m);
     if (!*metrics) return fail(io_error("cannot write metrics file {}", *m));
     *metrics << run_record(engine, model, *seq, data_path).dump() << "\n" << std::flush;
   }
 
-  ZT_LOG_INFO("training {} ({:.2f}M parameters) on {} for {} steps: batch {} = micro {} x accum "
-              "{}, seq {}, {}", model_name, model.num_params() / 1e6, device.str(), *steps,
-              cfg->train_batch_size, cfg->train_micro_batch_size_per_gpu,
-              cfg->gradient_accumulation_steps, *seq, dtype_name(cfg->compute_dtype()));
-  ProgressBar bar(*steps, true);
+  if (rank == 0) {
+    ZT_LOG_INFO("training {} ({:.2f}M parameters) on {} rank(s) for {} steps: batch {} = micro {} "
+                "x accum {} x ranks {}, seq {}, {}, ZeRO stage {}", model_name,
+                model.num_params() / 1e6, world, *steps, cfg->train_batch_size,
+                cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, world, *seq,
+                dtype_name(cfg->compute_dtype()), cfg->zero.stage);
+  }
+  ProgressBar bar(*steps, rank == 0);
   const int64_t tokens_per_step = cfg->train_batch_size * *seq;
   double first_loss = -1, last_loss = 0;
   for (int64_t step = 0; step < *steps; ++step) {
@@ -211,7 +226,10 @@ int cmd_train(const Args& args) {
       if (!batch) return fail(batch.status());
       auto loss = engine.forward(batch->tokens, batch->targets);
       if (!loss) return fail(loss.status());
-      engine.backward(*loss);
+      if (Status s = engine.backward(*loss); !s.is_ok()) {
+        bar.finish();
+        return fail(s);
+      }
       if (Status s = engine.step(); !s.is_ok()) {
         bar.finish();
         return fail(s);
@@ -232,7 +250,19 @@ int cmd_train(const Args& args) {
     }
   }
   bar.finish();
-  std::printf("trained %lld steps: loss %.4f -> %.4f (ln(vocab) = %.4f)\n",
+  if (auto dump = a.get("--dump-params")) {
+    auto full = engine.gather_master();
+    if (!full) return fail(full.status());
+    if (rank == 0) {
+      std::ofstream f(*dump, std::ios::binary);
+      for (size_t u = 0; u < full->size(); ++u) {
+        const int64_t n = model.units()[u]->flat_numel();
+        f.write(static_cast<const char*>((*full)[u].data()), n * 4);
+      }
+      if (!f) return fail(io_error("cannot write {}", *dump));
+    }
+  }
+  if (rank == 0) std::printf("trained %lld steps: loss %.4f -> %.4f (ln(vocab) = %.4f)\n",
               static_cast<long long>(*steps), first_loss, last_loss,
               std::log(static_cast<double>(mc->vocab_size)));
 
@@ -250,7 +280,8 @@ int cmd_train(const Args& args) {
                           .sampling = nn::Sampling::kTopK, .top_k = 40, .temperature = 0.8f,
                           .seed = static_cast<uint64_t>(*seed), .vocab_size = mc->vocab_size,
                           .max_seq_len = static_cast<int>(*seq)};
-    std::vector<int32_t> out = nn::generate(model, engine.eval_context(), prompt, g);
+    std::vector<int32_t> out = nn::generate(model, engine.eval_context(), prompt, g, engine.hooks());
+    if (rank != 0) return 0;
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), out.begin(), out.end());
     if (mc->vocab_size <= ByteTokenizer::kVocabSize) {

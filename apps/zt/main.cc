@@ -36,6 +36,11 @@ int print_version() {
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  // Launchers (zt launch, deepspeed) put --local_rank=N right after the program, before its
+  // arguments: `zt --local_rank=0 train ...`. ZeroTrain reads LOCAL_RANK from the environment.
+  while (!args.empty() && args[0].starts_with("--local_rank")) {
+    args.erase(args.begin(), args.begin() + (args[0] == "--local_rank" && args.size() > 1 ? 2 : 1));
+  }
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;

@@ -33,7 +33,7 @@ int32_t sample_logits(const std::vector<float>& logits, const GenerateOptions& o
 }
 
 std::vector<int32_t> generate(Model& model, Context ctx, std::vector<int32_t> prompt,
-                              const GenerateOptions& options) {
+                              const GenerateOptions& options, UnitHooks* hooks) {
   ZT_ASSERT(!prompt.empty(), "generate needs at least one prompt token");
   ZT_ASSERT(options.max_seq_len > 0, "generate needs max_seq_len");
   ctx.mode = Mode::kEval;
@@ -47,7 +47,7 @@ std::vector<int32_t> generate(Model& model, Context ctx, std::vector<int32_t> pr
     Tensor tokens = Tensor::from_blob(window.data(), {1, static_cast<int64_t>(T)}, DType::i32,
                                       Device::cpu());
     Tensor dev_tokens = ctx.device.is_cpu() ? tokens.clone() : tokens.to(ctx.device, ctx.stream);
-    Tensor logits = model.forward(ctx, dev_tokens);
+    Tensor logits = model.forward(ctx, dev_tokens, hooks);
     const int64_t Vp = logits.size(-1);
     std::vector<float> last =
         logits.view((static_cast<int64_t>(T) - 1) * Vp, {Vp}).to_floats();

@@ -22,8 +22,10 @@ struct GenerateOptions {
 };
 
 // `ctx` gives the device, stream and compute dtype; its mode and targets are overridden.
+// `hooks` are the engine's (ZeRO-3 gathers parameters through them); every rank of a sharded
+// model must call generate together.
 std::vector<int32_t> generate(Model& model, Context ctx, std::vector<int32_t> prompt,
-                              const GenerateOptions& options);
+                              const GenerateOptions& options, UnitHooks* hooks = nullptr);
 
 // Picks the next token from one row of logits (host values): argmax, or a draw from the top-k
 // softmax at `temperature` using `uniform01` in [0,1).

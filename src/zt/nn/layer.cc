@@ -21,10 +21,15 @@ Param& Unit::add_param(std::string name, Shape shape, ParamInit init, float std)
   return *params_.back();
 }
 
-void Unit::bind(const Tensor& flat_value, const Tensor& flat_grad) {
+void Unit::bind_values(const Tensor& flat_value) {
   for (auto& p : params_) {
-    if (flat_value.defined()) p->value = flat_value.view(p->offset, p->shape);
-    if (flat_grad.defined()) p->grad = flat_grad.view(p->offset, p->shape);
+    p->value = flat_value.defined() ? flat_value.view(p->offset, p->shape) : Tensor();
+  }
+}
+
+void Unit::bind_grads(const Tensor& flat_grad) {
+  for (auto& p : params_) {
+    p->grad = flat_grad.defined() ? flat_grad.view(p->offset, p->shape) : Tensor();
   }
 }
 

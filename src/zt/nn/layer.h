@@ -38,7 +38,13 @@ class Unit {
   // Elements of the unit's parameters including alignment gaps (the unpadded flat size).
   int64_t flat_numel() const { return flat_numel_; }
   // Points every Param's value/grad at its slice of the given flat buffers (numel >= flat_numel).
-  void bind(const Tensor& flat_value, const Tensor& flat_grad);
+  // An undefined tensor unbinds (drops the views, so the buffer can be freed).
+  void bind_values(const Tensor& flat_value);
+  void bind_grads(const Tensor& flat_grad);
+  void bind(const Tensor& flat_value, const Tensor& flat_grad) {
+    bind_values(flat_value);
+    bind_grads(flat_grad);
+  }
   // Indices of other units whose parameters this unit also reads (tied weights): the ZeRO-3
   // schedule gathers them too before this unit runs.
   const std::vector<int>& extra_units() const { return extra_units_; }

@@ -6,13 +6,6 @@
 #include "zt/runtime/py_format.h"
 
 namespace zt {
-namespace {
-
-zero::MasterCopy master_for(DType round_dtype) {
-  return round_dtype == DType::f32 ? zero::MasterCopy::kShared : zero::MasterCopy::kSeparate;
-}
-
-}  // namespace
 
 optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config) {
   optim::OptimizerSpec spec;
@@ -44,9 +37,21 @@ optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config) {
 Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConfig& config,
                                            const EngineOptions& options) {
   ZT_RETURN_IF_ERROR(device_check(options.device));
-  if (config.world_size != 1) {
-    return invalid_argument("the config was resolved for world size {}, but this process trains "
-                            "alone (world size 1)", config.world_size);
+  const int world = options.comm != nullptr ? options.comm->world_size() : 1;
+  if (config.world_size != world) {
+    return invalid_argument("the config's batch sizes were resolved for a data-parallel size of "
+                            "{}, but this job has {} rank(s); resolve it with world size {}",
+                            config.world_size, world, world);
+  }
+  if (options.comm != nullptr && options.comm->device() != options.device) {
+    return invalid_argument("the communicator is on {} but the engine on {}",
+                            options.comm->device().str(), options.device.str());
+  }
+  if (world > 1 && config.zero.stage >= 1 && config.optimizer.present &&
+      config.optimizer.type == "lamb") {
+    return invalid_argument("optimizer Lamb needs whole parameter tensors for its trust ratio; "
+                            "with ZeRO stage {} on {} ranks they are split. Use Adam/AdamW, or "
+                            "zero_optimization.stage 0", config.zero.stage, world);
   }
   for (const auto& w : config.warnings) ZT_LOG_WARN("{}", w);
   if (!config.ignored_top_level_keys.empty()) {
@@ -62,9 +67,13 @@ Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConf
     ZT_LOG_WARN("ds_config has no \"optimizer\" block: using AdamW with DeepSpeed's defaults "
                 "(lr 1e-3, betas [0.9, 0.999], eps 1e-8, weight_decay 0)");
   }
-  if (config.zero.stage > 0) {
-    ZT_LOG_INFO("zero_optimization.stage={} with one process: there is nothing to partition, "
-                "training runs as stage 0", config.zero.stage);
+  for (const char* key : {"offload_optimizer", "offload_param"}) {
+    const OffloadConfig& o = std::string(key) == "offload_param" ? config.zero.offload_param
+                                                                  : config.zero.offload_optimizer;
+    if (o.enabled()) {
+      ZT_LOG_WARN("zero_optimization.{}.device={}: offload is not implemented yet; state stays "
+                  "on {}", key, o.device, options.device.str());
+    }
   }
   std::unique_ptr<LrScheduler> scheduler;
   if (config.scheduler.present) {
@@ -89,23 +98,39 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   // The CPU kernels compute in f32; bf16/fp16 there round the parameters' copy (and so every
   // product with them) to the 16-bit type. On CUDA the kernels run in the 16-bit type itself.
   ctx_.compute_dtype = dev.is_cpu() ? DType::f32 : round_dtype_;
-  zero::FlatParamsOptions fo{.device = dev,
-                             .compute_dtype = ctx_.compute_dtype,
-                             .master = master_for(round_dtype_),
-                             .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
-                             .world_size = 1};
-  params_ = std::make_unique<zero::FlatParams>(model, fo, options.seed);
-  if (dev.is_cpu() && round_dtype_ != DType::f32) {
-    params_->refresh_compute_copy(round_dtype_, ctx_.stream);
+  comm_ = options.comm;
+  if (comm_ == nullptr) {
+    auto c = communicator_create(DistEnv{}, dev);
+    ZT_ASSERT(c.is_ok(), "single-process communicator: {}", c.status().message());
+    own_comm_ = std::move(c).value();
+    comm_ = own_comm_.get();
   }
+  const ZeroConfig& z = config.zero;
+  zero::ZeroOptions zo{.device = dev,
+                       .stream = ctx_.stream,
+                       .compute_dtype = ctx_.compute_dtype,
+                       .round_dtype = round_dtype_,
+                       .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
+                       .stage = z.stage,
+                       .comm = comm_,
+                       .persistence_threshold = z.stage3_param_persistence_threshold,
+                       .prefetch_elements = z.stage3_prefetch_bucket_size,
+                       .max_live_elements = z.stage3_max_live_parameters,
+                       .predivide_factor = config.gradient_predivide_factor,
+                       .prescale = config.prescale_gradients};
+  zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
-  zero::ModelStateBytes b = params_->state_bytes();
-  ZT_LOG_INFO("engine: {} ({} parameters) on {}, {} compute, {}, model-state bytes: params {} "
-              "grads {} master {} optimizer {} (total {:.1f} MiB)",
-              model.name(), model.num_params(), dev.str(), dtype_name(round_dtype_),
-              optim::optimizer_name(optimizer_.spec()), b.params, b.grads, b.master, b.optimizer,
-              b.total() / 1048576.0);
+  zero::ModelStateBytes b = zero_->state_bytes();
+  if (comm_->rank() == 0) {
+    ZT_LOG_INFO("engine: {} ({} parameters) on {} x {} ({}), {} compute, {}, ZeRO stage {}; "
+                "model-state bytes per rank: params {} grads {} master {} optimizer {} "
+                "(total {:.1f} MiB)",
+                model.name(), model.num_params(), comm_->world_size(), dev.str(),
+                comm_->backend_name(), dtype_name(round_dtype_),
+                optim::optimizer_name(optimizer_.spec()), z.stage, b.params, b.grads, b.master,
+                b.optimizer, b.total() / 1048576.0);
+  }
 }
 
 nn::Context Engine::eval_context() const {
@@ -150,8 +175,9 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
   ctx_.targets = &targets_dev_;
   ctx_.dloss = static_cast<float>(scaler_.scale() /
                                   (static_cast<double>(config_.gradient_accumulation_steps) * n));
-  Tensor losses = model_.forward(ctx_, tok);
+  Tensor losses = model_.forward(ctx_, tok, zero_.get());
   ctx_.targets = nullptr;
+  ZT_RETURN_IF_ERROR(zero_->finish_pass());
   std::vector<double> l = losses.to_doubles();
   double sum = 0;
   for (double v : l) sum += v;
@@ -159,12 +185,14 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
   return static_cast<float>(sum / static_cast<double>(n));
 }
 
-void Engine::backward(float loss) {
+Status Engine::backward(float loss) {
   ZT_ASSERT(have_forward_, "backward() without a forward()");
-  model_.backward(ctx_);
+  zero_->set_boundary(is_gradient_accumulation_boundary());
+  model_.backward(ctx_, zero_.get());
   have_forward_ = false;
   loss_sum_ += loss;
   ++loss_count_;
+  return zero_->finish_pass();
 }
 
 Status Engine::step() {
@@ -189,25 +217,34 @@ Status Engine::step() {
 Status Engine::apply_step(StepStats& stats) {
   const Stream& s = ctx_.stream;
   const Device dev = options_.device;
-  auto& units = params_->units();
-  stats.loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0;
+  auto& units = zero_->units();
+  const int n_units = static_cast<int>(units.size());
+  const bool sharded = config_.zero.stage >= 1;
+  std::vector<double> loss{loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0};
+  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
+  stats.loss = loss[0] / comm_->world_size();
   stats.lr = lr();
   const double scale = scaler_.scale();
   stats.loss_scale = scale;
 
+  // Overflow: an inf/nan in this rank's reduced gradient, MAX-reduced over ranks (§2).
   bool overflow = false;
   if (scaler_.checks_overflow()) {
     found_inf_.zero(s);
-    for (auto& b : units) kernels::scale_check_nonfinite(b.grad, 1.0f, found_inf_, s);
-    overflow = found_inf_.item() != 0.0;
+    for (int u = 0; u < n_units; ++u) {
+      kernels::scale_check_nonfinite(zero_->step_grad(u), 1.0f, found_inf_, s);
+    }
+    std::vector<double> flag{found_inf_.item()};
+    ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(flag, ReduceOp::kMax));
+    overflow = flag[0] != 0.0;
   }
   Status us = scaler_.update(overflow);
-  if (!scaler_.log_line().empty()) ZT_LOG_INFO("{}", scaler_.log_line());
+  if (!scaler_.log_line().empty() && comm_->rank() == 0) ZT_LOG_INFO("{}", scaler_.log_line());
   ZT_RETURN_IF_ERROR(us);
 
   const int64_t tb = config_.train_batch_size;
   if (overflow) {
-    params_->zero_grads(s);
+    zero_->zero_grads();
     ++skipped_steps_;
     ++global_steps_;
     global_samples_ += tb;
@@ -218,9 +255,13 @@ Status Engine::apply_step(StepStats& stats) {
     return Status::ok();
   }
 
+  // Global gradient norm: each rank's own chunks, summed over ranks (stage 0: every rank holds
+  // the whole all-reduced gradient, so its local sum is already global).
   norm_acc_.zero(s);
-  for (auto& b : units) kernels::sum_squares_accumulate(norm_acc_, b.grad, s);
-  const double total = std::sqrt(norm_acc_.item());  // norm of the scaled gradients
+  for (int u = 0; u < n_units; ++u) kernels::sum_squares_accumulate(norm_acc_, zero_->step_grad(u), s);
+  std::vector<double> sumsq{norm_acc_.item()};
+  if (sharded) ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(sumsq, ReduceOp::kSum));
+  const double total = std::sqrt(sumsq[0]);  // norm of the scaled gradients
   stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
   double combined = scale;
   if (config_.gradient_clipping > 0 && std::isfinite(total)) {
@@ -240,31 +281,33 @@ Status Engine::apply_step(StepStats& stats) {
 
   const bool write_lowp = dev.is_cuda() && ctx_.compute_dtype != DType::f32;
   std::vector<kernels::OptimChunk> chunks;
-  auto chunk_at = [&](zero::UnitBuffers& b, int64_t offset, int64_t n) {
+  // A chunk of `n` elements starting `offset` elements into unit u's optimizer extent.
+  auto chunk_at = [&](int u, int64_t offset, int64_t n) {
+    zero::UnitState& b = units[u];
     kernels::OptimChunk c;
     c.param = b.master.data<float>() + offset;
-    c.grad = b.grad.data<float>() + offset;
+    c.grad = zero_->step_grad(u).data<float>() + offset;
     if (!b.state.empty()) c.state1 = b.state[0].data<float>() + offset;
     if (b.state.size() > 1) c.state2 = b.state[1].data<float>() + offset;
     if (write_lowp) {
-      c.param_lowp = static_cast<char*>(b.value.data()) + offset * dtype_size(b.value.dtype());
-      c.lowp_dtype = b.value.dtype();
+      Tensor own = zero_->own_compute_chunk(u);
+      c.param_lowp = static_cast<char*>(own.data()) + offset * dtype_size(own.dtype());
+      c.lowp_dtype = own.dtype();
     }
     c.n = n;
     return c;
   };
   if (optimizer_.spec().kind == optim::OptimizerKind::kLamb) {
-    for (size_t u = 0; u < units.size(); ++u) {
-      for (nn::Param* p : model_.units()[u]->params()) {
-        chunks.push_back(chunk_at(units[u], p->offset, p->numel()));
-      }
+    // Whole parameter tensors (initialize() refused Lamb where ZeRO splits them).
+    for (int u = 0; u < n_units; ++u) {
+      for (nn::Param* p : model_.units()[u]->params()) chunks.push_back(chunk_at(u, p->offset, p->numel()));
     }
   } else {
-    for (auto& b : units) chunks.push_back(chunk_at(b, 0, b.padded_numel));
+    for (int u = 0; u < n_units; ++u) chunks.push_back(chunk_at(u, 0, units[u].master.numel()));
   }
   optimizer_.step(v, chunks, dev, s);
-  if (!write_lowp) params_->refresh_compute_copy(round_dtype_, s);
-  params_->zero_grads(s);
+  ZT_RETURN_IF_ERROR(zero_->publish_params(write_lowp));
+  zero_->zero_grads();
   if (scheduler_) scheduler_->step();
   ++global_steps_;
   global_samples_ += tb;
@@ -286,6 +329,7 @@ void Engine::report_progress() const {
   } else {
     mom = fmt::format("[({}, {})]", py_float(b1), py_float(b2));
   }
+  if (comm_->rank() != 0) return;
   ZT_LOG_INFO("step={}, skipped={}, lr=[{}], mom={}", global_steps_, skipped_steps_, py_float(lr()),
               mom);
 }

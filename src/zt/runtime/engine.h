@@ -19,13 +19,17 @@
 #include "zt/runtime/config.h"
 #include "zt/runtime/loss_scaler.h"
 #include "zt/runtime/lr_scheduler.h"
-#include "zt/zero/flat_params.h"
+#include "zt/comm/communicator.h"
+#include "zt/zero/zero_state.h"
 
 namespace zt {
 
 struct EngineOptions {
   Device device = Device::cpu();
   uint64_t seed = 1234;  // parameter initialisation
+  // The data-parallel group; null: this process trains alone (a single-process communicator).
+  // Not owned: it must outlive the engine.
+  Communicator* comm = nullptr;
 };
 
 // What happened at the last optimizer step (the boundary micro-batch).
@@ -50,8 +54,9 @@ class Engine {
   // One micro-batch: tokens and targets are (micro_batch, T) i32 on the host. Returns the mean
   // per-token loss (unscaled).
   Result<float> forward(const Tensor& tokens, const Tensor& targets);
-  // Backward of the last forward (the loss value is only recorded).
-  void backward(float loss);
+  // Backward of the last forward (the loss value is only recorded). Reduces gradients as the
+  // ZeRO stage says; a non-ok Status is a communication failure (a dead or missing peer).
+  Status backward(float loss);
   // Called every micro-batch; at the accumulation boundary it unscales, checks overflow, clips,
   // steps the optimizer and scheduler, zeroes gradients and advances global_steps. A non-ok
   // Status means training cannot go on (fp16 loss scale at its minimum).
@@ -72,11 +77,17 @@ class Engine {
   Device device() const { return options_.device; }
   DType compute_dtype() const { return ctx_.compute_dtype; }
   const Stream& stream() const { return ctx_.stream; }
-  zero::ModelStateBytes model_state_bytes() const { return params_->state_bytes(); }
+  zero::ModelStateBytes model_state_bytes() const { return zero_->state_bytes(); }
   const optim::OptimizerSpec& optimizer_spec() const { return optimizer_.spec(); }
-  zero::FlatParams& flat_params() { return *params_; }
-  // A forward-only context (for generation / evaluation) on this engine's device and dtype.
+  zero::ZeroState& zero_state() { return *zero_; }
+  int rank() const { return comm_->rank(); }
+  int world_size() const { return comm_->world_size(); }
+  // A forward-only context (for generation / evaluation) on this engine's device and dtype, and
+  // the hooks a forward must run with (ZeRO-3 gathers parameters through them).
   nn::Context eval_context() const;
+  nn::UnitHooks* hooks() { return zero_.get(); }
+  // The full fp32 master weights, unit by unit (collective: every rank must call it).
+  Result<std::vector<Tensor>> gather_master() { return zero_->gather_master(); }
 
  private:
   Status apply_step(StepStats& stats);
@@ -87,7 +98,9 @@ class Engine {
   EngineOptions options_;
   nn::Context ctx_;
   DType round_dtype_;  // the precision parameters are rounded to (CPU emulation of bf16/fp16)
-  std::unique_ptr<zero::FlatParams> params_;
+  std::unique_ptr<Communicator> own_comm_;  // when the caller gave none
+  Communicator* comm_ = nullptr;
+  std::unique_ptr<zero::ZeroState> zero_;
   optim::Optimizer optimizer_;
   std::unique_ptr<LrScheduler> scheduler_;
   LossScaler scaler_;

@@ -6,7 +6,8 @@
 
 #include "common/test_util.h"
 #include "zt/kernels/ops.h"
-#include "zt/zero/flat_params.h"
+#include "zt/comm/communicator.h"
+#include "zt/zero/zero_state.h"
 
 namespace zt::nn {
 namespace {
@@ -63,9 +64,12 @@ TEST(Gpt2, FreshModelLossIsLnVocab) {
   auto c = gpt2_config_named("gpt2-tiny");
   ASSERT_TRUE(c.is_ok());
   Gpt2 model(*c);
-  zero::FlatParams params(model, {.device = Device::cpu(), .compute_dtype = DType::f32,
-                                  .master = zero::MasterCopy::kShared, .optimizer_states = 0},
-                          1234);
+  auto comm = communicator_create(DistEnv{}, Device::cpu());
+  ASSERT_TRUE(comm.is_ok());
+  zero::ZeroOptions zo;
+  zo.optimizer_states = 0;
+  zo.comm = comm->get();
+  zero::ZeroState params(model, zo, 1234);
   const int64_t B = 4, T = 64;
   Tensor tokens = testing::random_ints({B, T}, c->vocab_size, 3);
   Tensor targets = testing::random_ints({B, T}, c->vocab_size, 4);

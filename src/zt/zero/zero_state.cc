@@ -1,0 +1,324 @@
+#include "zt/zero/zero_state.h"
+
+#include <functional>
+#include <random>
+
+#include "zt/kernels/ops.h"
+
+namespace zt::zero {
+namespace {
+
+// dst (compute dtype) = src (f32) rounded to `round` (the 16-bit training dtype on the CPU, where
+// the kernels compute in f32) or simply cast.
+void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
+  if (round == dst.dtype() || round == DType::f32) {
+    kernels::cast(dst, src, s);
+    return;
+  }
+  Tensor tmp = Tensor::empty(src.shape(), round, src.device(), s);
+  kernels::cast(tmp, src, s);
+  kernels::cast(dst, tmp, s);
+}
+
+}  // namespace
+
+void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
+  std::fill(out, out + unit.flat_numel(), 0.0f);
+  for (nn::Param* p : unit.params()) {
+    float* dst = out + p->offset;
+    switch (p->init) {
+      case nn::ParamInit::kZeros: std::fill(dst, dst + p->numel(), 0.0f); break;
+      case nn::ParamInit::kOnes: std::fill(dst, dst + p->numel(), 1.0f); break;
+      case nn::ParamInit::kNormal: {
+        std::mt19937_64 rng(seed ^ std::hash<std::string>{}(p->name));
+        std::normal_distribution<float> dist(0.0f, p->init_std);
+        for (int64_t i = 0; i < p->numel(); ++i) dst[i] = dist(rng);
+        break;
+      }
+    }
+  }
+}
+
+ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed)
+    : model_(model), options_(options) {
+  ZT_ASSERT(options.comm != nullptr, "ZeroState needs a communicator");
+  ZT_ASSERT(options.stage >= 0 && options.stage <= 3, "stage {}", options.stage);
+  const Device dev = options.device;
+  const Stream& s = options.stream;
+  const int W = world_size();
+  const int64_t align = kShardAlignElems * W;
+  const DType acc = kernels::accum_dtype(options.compute_dtype);
+  const int stage = options.stage;
+  for (auto& unit : model.units()) {
+    UnitState u;
+    u.numel = unit->flat_numel();
+    u.padded = (u.numel + align - 1) / align * align;
+    u.shard = u.padded / W;
+    u.shard_offset = static_cast<int64_t>(rank()) * u.shard;
+    u.persistent = stage < 3 || u.padded <= options.persistence_threshold;
+    Tensor host = Tensor::zeros({u.padded}, DType::f32, Device::cpu());
+    init_unit_params(*unit, host.data<float>(), seed);
+    Tensor full = dev.is_cpu() ? host : host.to(dev, s);
+    Tensor own = full.view(u.shard_offset, {u.shard});
+    if (u.persistent) {
+      u.value = Tensor::empty({u.padded}, options.compute_dtype, dev, s);
+      round_into(u.value, full, options.round_dtype, s);
+    } else {
+      u.value_shard = Tensor::empty({u.shard}, options.compute_dtype, dev, s);
+      round_into(u.value_shard, own, options.round_dtype, s);
+    }
+    if (master_shared()) {
+      u.master = stage == 0 ? u.value
+                            : (u.persistent ? u.value.view(u.shard_offset, {u.shard}) : u.value_shard);
+    } else {
+      u.master = (stage == 0 ? full : own).clone(s);
+    }
+    for (int i = 0; i < options.optimizer_states; ++i) {
+      u.state.push_back(Tensor::zeros(u.master.shape(), DType::f32, dev, s));
+    }
+    if (stage <= 1) u.grad = Tensor::zeros({u.padded}, acc, dev, s);
+    if (stage >= 1) u.grad_shard = Tensor::zeros({u.shard}, DType::f32, dev, s);
+    unit->bind(u.value, u.grad);
+    units_.push_back(std::move(u));
+  }
+  options_.stream.synchronize();
+}
+
+ZeroState::~ZeroState() {
+  // Collectives still in flight reference our buffers: let them finish (errors were reported).
+  for (auto& p : pending_) (void)p.handle.wait();
+  for (auto& u : units_) {
+    if (u.gather_in_flight) (void)u.pending_gather.wait();
+  }
+}
+
+void ZeroState::record(const Status& s) {
+  if (!s.is_ok() && hook_status_.is_ok()) hook_status_ = s;
+}
+
+ModelStateBytes ZeroState::state_bytes() const {
+  ModelStateBytes b;
+  for (const auto& u : units_) {
+    b.params += static_cast<int64_t>(u.persistent ? u.value.nbytes() : u.value_shard.nbytes());
+    if (options_.stage <= 1) b.grads += static_cast<int64_t>(u.grad.nbytes());
+    if (options_.stage >= 1) b.grads += static_cast<int64_t>(u.grad_shard.nbytes());
+    if (!master_shared()) b.master += static_cast<int64_t>(u.master.nbytes());
+    for (const auto& t : u.state) b.optimizer += static_cast<int64_t>(t.nbytes());
+  }
+  return b;
+}
+
+// ---- gradient reduction
+
+void ZeroState::scale_pre(Tensor& g) {
+  const int W = world_size();
+  if (options_.prescale) {
+    if (W > 1) kernels::scale_inplace(g, 1.0f / static_cast<float>(W), options_.stream);
+  } else if (options_.predivide_factor != 1.0) {
+    kernels::scale_inplace(g, static_cast<float>(1.0 / options_.predivide_factor), options_.stream);
+  }
+}
+
+void ZeroState::scale_post(Tensor& g) {
+  const int W = world_size();
+  if (options_.prescale) return;
+  const double f = options_.predivide_factor / W;
+  if (f != 1.0) kernels::scale_inplace(g, static_cast<float>(f), options_.stream);
+}
+
+void ZeroState::ensure_grad(int u) {
+  UnitState& st = units_[u];
+  if (st.grad.defined()) return;
+  st.grad = Tensor::zeros({st.padded}, kernels::accum_dtype(options_.compute_dtype),
+                          options_.device, options_.stream);
+  model_.units()[u]->bind_grads(st.grad);
+}
+
+void ZeroState::issue_reduce(int u) {
+  UnitState& st = units_[u];
+  Communicator& comm = *options_.comm;
+  const Stream& s = options_.stream;
+  PendingReduce p;
+  p.unit = u;
+  scale_pre(st.grad);
+  if (options_.stage == 0) {
+    p.out = st.grad;
+    p.handle = comm.all_reduce(p.out, ReduceOp::kSum, s);
+  } else {
+    p.out = Tensor::empty({st.shard}, st.grad.dtype(), options_.device, s);
+    p.handle = comm.reduce_scatter(p.out, st.grad, ReduceOp::kSum, s);
+  }
+  p.in = st.grad;
+  if (options_.stage >= 2) {
+    // The pending operation keeps the buffer alive; the unit lets go of it.
+    st.grad = Tensor();
+    model_.units()[u]->bind_grads(Tensor());
+  }
+  pending_.push_back(std::move(p));
+  // On the GPU the collective and everything after it are ordered on the compute stream, so the
+  // result can be consumed at once; on the CPU (Gloo's worker thread) keep two in flight.
+  const size_t max_in_flight = options_.device.is_cuda() ? 0 : 2;
+  while (pending_.size() > max_in_flight) {
+    record(complete_reduce(pending_.front()));
+    if (options_.device.is_cuda()) {
+      stream_handles_.push_back(std::move(pending_.front().handle));
+    }
+    pending_.pop_front();
+  }
+}
+
+Status ZeroState::complete_reduce(PendingReduce& p) {
+  if (!options_.device.is_cuda()) ZT_RETURN_IF_ERROR(p.handle.wait());
+  scale_post(p.out);
+  if (options_.stage >= 1) kernels::add_inplace(units_[p.unit].grad_shard, p.out, options_.stream);
+  return Status::ok();
+}
+
+Status ZeroState::finish_pass() {
+  while (!pending_.empty()) {
+    record(complete_reduce(pending_.front()));
+    if (options_.device.is_cuda()) stream_handles_.push_back(std::move(pending_.front().handle));
+    pending_.pop_front();
+  }
+  for (auto& h : stream_handles_) record(h.wait());
+  stream_handles_.clear();
+  Status s = hook_status_;
+  hook_status_ = Status::ok();
+  return s;
+}
+
+Tensor& ZeroState::step_grad(int u) {
+  return options_.stage == 0 ? units_[u].grad : units_[u].grad_shard;
+}
+
+Tensor ZeroState::own_compute_chunk(int u) {
+  UnitState& st = units_[u];
+  if (options_.stage == 0) return st.value;
+  return st.persistent ? st.value.view(st.shard_offset, {st.shard}) : st.value_shard;
+}
+
+Status ZeroState::publish_params(bool lowp_written) {
+  const Stream& s = options_.stream;
+  std::vector<CommHandle> handles;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    UnitState& st = units_[i];
+    Tensor own = own_compute_chunk(static_cast<int>(i));
+    if (!master_shared() && !lowp_written) round_into(own, st.master, options_.round_dtype, s);
+    if (options_.stage >= 1 && st.persistent && world_size() > 1) {
+      Tensor send = own.clone(s);
+      handles.push_back(options_.comm->all_gather(st.value, send, s));
+      if (!options_.device.is_cuda()) ZT_RETURN_IF_ERROR(handles.back().wait());
+    }
+  }
+  for (auto& h : handles) ZT_RETURN_IF_ERROR(h.wait());
+  return Status::ok();
+}
+
+void ZeroState::zero_grads() {
+  for (auto& u : units_) {
+    if (u.grad.defined()) u.grad.zero(options_.stream);
+    if (u.grad_shard.defined()) u.grad_shard.zero(options_.stream);
+  }
+}
+
+Status ZeroState::all_reduce_doubles(std::vector<double>& values, ReduceOp op) {
+  if (world_size() == 1 || values.empty()) return Status::ok();
+  Tensor t = Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, DType::f64,
+                                  options_.device);
+  ZT_RETURN_IF_ERROR(options_.comm->all_reduce(t, op, options_.stream).wait());
+  values = t.to_doubles();
+  return Status::ok();
+}
+
+Result<std::vector<Tensor>> ZeroState::gather_master() {
+  std::vector<Tensor> out;
+  for (auto& st : units_) {
+    Tensor m = st.master.dtype() == DType::f32 ? st.master : Tensor();
+    if (options_.stage == 0) {
+      out.push_back(st.master.to(Device::cpu(), options_.stream));
+      continue;
+    }
+    Tensor full = Tensor::empty({st.padded}, DType::f32, options_.device, options_.stream);
+    Tensor send = st.master.clone(options_.stream);
+    ZT_RETURN_IF_ERROR(options_.comm->all_gather(full, send, options_.stream).wait());
+    out.push_back(full.to(Device::cpu(), options_.stream));
+  }
+  return out;
+}
+
+// ---- stage 3 parameter gathering
+
+void ZeroState::gather(int u) {
+  UnitState& st = units_[u];
+  if (st.persistent) return;
+  if (st.gather_refs++ > 0) return;
+  if (st.gather_in_flight) {
+    st.gather_in_flight = false;
+    if (!options_.device.is_cuda()) record(st.pending_gather.wait());
+    else stream_handles_.push_back(std::move(st.pending_gather));
+  } else {
+    st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
+    CommHandle h = options_.comm->all_gather(st.value, st.value_shard, options_.stream);
+    if (!options_.device.is_cuda()) record(h.wait());
+    else stream_handles_.push_back(std::move(h));
+    live_elements_ += st.padded;
+  }
+  model_.units()[u]->bind_values(st.value);
+}
+
+void ZeroState::prefetch(int u) {
+  if (u < 0 || u >= static_cast<int>(units_.size())) return;
+  UnitState& st = units_[u];
+  if (st.persistent || st.gather_refs > 0 || st.gather_in_flight) return;
+  if (options_.prefetch_elements <= 0 || st.padded > options_.prefetch_elements) return;
+  if (live_elements_ + st.padded > options_.max_live_elements) return;
+  st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
+  st.pending_gather = options_.comm->all_gather(st.value, st.value_shard, options_.stream);
+  st.gather_in_flight = true;
+  live_elements_ += st.padded;
+}
+
+void ZeroState::release(int u) {
+  UnitState& st = units_[u];
+  if (st.persistent) return;
+  ZT_ASSERT(st.gather_refs > 0, "release of unit {} that is not gathered", u);
+  if (--st.gather_refs > 0) return;
+  model_.units()[u]->bind_values(Tensor());
+  st.value = Tensor();
+  live_elements_ -= st.padded;
+}
+
+void ZeroState::before_forward(int unit) {
+  if (options_.stage < 3) return;
+  gather(unit);
+  for (int e : model_.units()[unit]->extra_units()) gather(e);
+  prefetch(unit + 1);
+}
+
+void ZeroState::after_forward(int unit) {
+  if (options_.stage < 3) return;
+  for (int e : model_.units()[unit]->extra_units()) release(e);
+  release(unit);
+}
+
+void ZeroState::before_backward(int unit) {
+  if (options_.stage >= 3) {
+    gather(unit);
+    for (int e : model_.units()[unit]->extra_units()) gather(e);
+    prefetch(unit - 1);
+  }
+  if (options_.stage >= 2) {
+    ensure_grad(unit);
+    for (int e : model_.units()[unit]->extra_units()) ensure_grad(e);
+  }
+}
+
+void ZeroState::after_backward(int unit) {
+  if (options_.stage >= 2 || boundary_) issue_reduce(unit);
+  if (options_.stage >= 3) {
+    for (int e : model_.units()[unit]->extra_units()) release(e);
+    release(unit);
+  }
+}
+
+}  // namespace zt::zero

@@ -1,0 +1,151 @@
+// The unit-flat parameter store and the ZeRO stages (DESIGN.md "Flat, sharded parameters").
+// Every unit's parameters live in one flat buffer padded to a multiple of world_size * 64
+// elements; rank r owns chunk r (shard_offset = r * shard) of every unit. One layout serves every
+// stage; what each rank keeps differs:
+//
+//   stage 0  full compute copy, full gradients (all-reduced at the accumulation boundary),
+//            full master weights and optimizer state.
+//   stage 1  + master weights and optimizer state only for the own chunk; full gradients
+//            accumulate locally and are reduce-scattered at the boundary; after the step the
+//            updated chunks are all-gathered into the compute copy.
+//   stage 2  + gradients reduce-scattered unit by unit as backward finishes each unit, every
+//            micro-step, accumulated into the own chunk; a unit's full gradient buffer lives
+//            only while its backward runs.
+//   stage 3  + the compute copy is sharded at rest: a unit is all-gathered just before its
+//            forward and its backward (the next unit prefetched), and released after, unless it
+//            is smaller than stage3_param_persistence_threshold.
+//
+// ZeroState implements nn::UnitHooks: the model calls it around every unit. Collectives run on
+// the engine's compute stream (NCCL: ordered with the kernels, waited once per step) or Gloo's
+// worker thread (CPU: overlapped, at most two in flight).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "zt/comm/communicator.h"
+#include "zt/core/tensor.h"
+#include "zt/nn/model.h"
+
+namespace zt::zero {
+
+constexpr int64_t kShardAlignElems = 64;
+
+struct ZeroOptions {
+  Device device = Device::cpu();
+  Stream stream;                     // the compute stream
+  DType compute_dtype = DType::f32;  // dtype of the compute copy (the kernels' dtype)
+  DType round_dtype = DType::f32;    // the training precision; != compute only on the CPU
+  int optimizer_states = 2;          // fp32 buffers per element (Adam 2, SGD+momentum 1)
+  int stage = 0;
+  Communicator* comm = nullptr;  // required
+  int64_t persistence_threshold = 100000;  // stage 3: units at most this large stay whole
+  int64_t prefetch_elements = 50000000;    // stage 3: prefetch the next unit if not larger
+  int64_t max_live_elements = 1000000000;  // stage 3: gathered elements at most
+  double predivide_factor = 1.0;           // gradient_predivide_factor
+  bool prescale = false;                   // prescale_gradients
+};
+
+struct UnitState {
+  int64_t numel = 0;         // unpadded flat size
+  int64_t padded = 0;        // multiple of world_size * kShardAlignElems
+  int64_t shard = 0;         // padded / world_size
+  int64_t shard_offset = 0;  // rank * shard
+  bool persistent = true;    // compute copy kept whole (stages 0-2, small units at stage 3)
+  Tensor value;              // full compute copy (stage 3: only while gathered, unless persistent)
+  Tensor value_shard;        // stage 3, not persistent: the own chunk of the compute copy
+  Tensor grad;               // full gradient (stages 2-3: only during this unit's backward)
+  Tensor grad_shard;         // stages 1-3: own chunk of the reduced, averaged gradient (f32)
+  Tensor master;             // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
+  std::vector<Tensor> state;  // optimizer state, same extent as master
+  int gather_refs = 0;
+  CommHandle pending_gather;
+  bool gather_in_flight = false;
+};
+
+// Bytes of model state this rank holds at rest, by kind (what each ZeRO stage saves).
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t grads = 0;
+  int64_t master = 0;
+  int64_t optimizer = 0;
+  int64_t total() const { return params + grads + master + optimizer; }
+};
+
+class ZeroState : public nn::UnitHooks {
+ public:
+  // Allocates this rank's buffers, initialises parameters (every parameter from its own stream
+  // seeded by (seed, name): the same model for any world size, stage or device) and binds views.
+  ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed);
+  ~ZeroState() override;
+
+  std::vector<UnitState>& units() { return units_; }
+  const ZeroOptions& options() const { return options_; }
+  int rank() const { return options_.comm->rank(); }
+  int world_size() const { return options_.comm->world_size(); }
+  ModelStateBytes state_bytes() const;
+  // Whether the master weights alias the compute copy (fp32 training).
+  bool master_shared() const { return options_.round_dtype == DType::f32 && options_.compute_dtype == DType::f32; }
+
+  // Set before each backward: whether this micro-step reduces gradients (stages 0-1: only at
+  // the accumulation boundary; stages 2-3: always).
+  void set_boundary(bool boundary) { boundary_ = boundary; }
+  // After a forward or backward pass: completes its collectives (gradient reductions, GPU
+  // gathers) and returns the first error any of them met.
+  Status finish_pass();
+
+  // The gradient the optimizer step reads for unit u: the full all-reduced gradient (stage 0) or
+  // the own reduced chunk (stages 1-3).
+  Tensor& step_grad(int u);
+  // Where the own chunk of unit u's compute copy lives (the optimizer writes it).
+  Tensor own_compute_chunk(int u);
+  // After the optimizer updated the master weights: refreshes the compute copy's own chunks
+  // (`lowp_written`: the optimizer already wrote them) and all-gathers them (stages 1-2, and
+  // persistent units at stage 3).
+  Status publish_params(bool lowp_written);
+  void zero_grads();
+  // Sums (or maxes) a few doubles over all ranks; a no-op with one rank.
+  Status all_reduce_doubles(std::vector<double>& values, ReduceOp op);
+  // Gathers the full fp32 master weights of every unit onto this rank (checks, exports).
+  Result<std::vector<Tensor>> gather_master();
+
+  // nn::UnitHooks
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit) override;
+  // First error a hook met (hooks cannot return one); checked by the engine after each pass.
+  const Status& hook_status() const { return hook_status_; }
+
+ private:
+  struct PendingReduce {
+    int unit;
+    Tensor out;  // reduce-scatter result (stages 1-3) or the all-reduced full gradient (stage 0)
+    Tensor in;   // the full gradient, kept alive until the operation completes
+    CommHandle handle;
+  };
+  void gather(int u);
+  void release(int u);
+  void prefetch(int u);
+  void issue_reduce(int u);
+  Status complete_reduce(PendingReduce& p);
+  void ensure_grad(int u);
+  void record(const Status& s);
+  void scale_pre(Tensor& g);
+  void scale_post(Tensor& g);
+
+  nn::Model& model_;
+  ZeroOptions options_;
+  std::vector<UnitState> units_;
+  std::deque<PendingReduce> pending_;
+  bool boundary_ = true;
+  std::vector<CommHandle> stream_handles_;  // GPU: stream-ordered operations, waited per pass
+  int64_t live_elements_ = 0;
+  Status hook_status_;
+};
+
+// Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params.
+void init_unit_params(nn::Unit& unit, float* out, uint64_t seed);
+
+}  // namespace zt::zero
