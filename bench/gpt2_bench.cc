@@ -4,15 +4,26 @@
 // with the same model, batch, sequence length and precision by scripts/gpu_check.sh.
 //
 //   zt_bench_gpt2 [--model gpt2] [--batch 16] [--seq 1024] [--dtype bf16] [--steps 20] [--warmup 5]
+//                 [--stage N]
+//
+// Data parallel: under `zt launch --num_gpus N` each rank reads its rank from the environment,
+// trains on cuda:LOCAL_RANK with its own random tokens and --batch as its micro-batch (the
+// config's train_batch_size is batch * N); --stage N sets zero_optimization.stage. Only rank 0
+// prints; its tokens_per_s counts every rank's tokens (batch * seq * N / step time) and its
+// peak_mem_bytes is its own. The peers on several GPUs are bench/zero_torch.py (DDP, FSDP2), run
+// by scripts/gpu_dist_check.sh. Without a launcher's environment it is one process, as before.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "zt/comm/communicator.h"
+#include "zt/comm/env.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
 
@@ -26,12 +37,21 @@ struct Args {
   int steps = 20;
   int warmup = 5;
   std::string device = "cuda";
+  int stage = -1;  // -1: no zero_optimization block (DeepSpeed's default, stage 0)
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    // Launchers pass --local_rank=N (or --local_rank N); the rank comes from LOCAL_RANK instead.
+    if (k.rfind("--local_rank=", 0) == 0) continue;
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "zt_bench_gpt2: option %s needs a value\n", k.c_str());
+      std::exit(2);
+    }
+    std::string v = argv[++i];
+    if (k == "--local_rank") continue;
     if (k == "--model") a.model = v;
     else if (k == "--batch") a.batch = std::atoi(v.c_str());
     else if (k == "--seq") a.seq = std::atoi(v.c_str());
@@ -39,6 +59,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--steps") a.steps = std::atoi(v.c_str());
     else if (k == "--warmup") a.warmup = std::atoi(v.c_str());
     else if (k == "--device") a.device = v;
+    else if (k == "--stage") a.stage = std::atoi(v.c_str());
     else {
       std::fprintf(stderr, "zt_bench_gpt2: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -56,7 +77,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", mc.status().message().c_str());
     return 1;
   }
+  auto env = zt::dist_env_from_environment();
+  if (!env) {
+    std::fprintf(stderr, "%s\n", env.status().message().c_str());
+    return 1;
+  }
+  const int world = env->world_size;
   auto dev = zt::device_parse(a.device);
+  // Each rank uses the GPU of its local rank, as zt train does ("cuda" means cuda:LOCAL_RANK).
+  if (dev && dev->is_cuda() && a.device == "cuda") *dev = zt::Device::cuda(env->local_rank);
   if (!dev || !zt::device_check(*dev).is_ok()) {
     std::fprintf(stderr, "zt_bench_gpt2: device %s unavailable\n", a.device.c_str());
     return 1;
@@ -64,26 +93,39 @@ int main(int argc, char** argv) {
   std::string precision = a.dtype == "bf16" ? R"("bf16": {"enabled": true})"
                           : a.dtype == "fp16" ? R"("fp16": {"enabled": true, "loss_scale": 1024})"
                                               : R"("bf16": {"enabled": false})";
+  std::string zero =
+      a.stage < 0 ? "" : fmt::format(R"(, "zero_optimization": {{"stage": {}}})", a.stage);
   std::string json = fmt::format(
       R"({{"train_batch_size": {}, "train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
           "optimizer": {{"type": "AdamW", "params": {{"lr": 6e-4, "betas": [0.9, 0.95],
-          "weight_decay": 0.1}}}}, {}}})",
-      a.batch, a.batch, precision);
-  auto cfg = zt::config_parse(json, "bench", 1);
+          "weight_decay": 0.1}}}}, {}{}}})",
+      a.batch * world, a.batch, precision, zero);
+  auto cfg = zt::config_parse(json, "bench", world);
   if (!cfg) {
     std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
     return 1;
   }
+  // The data-parallel group; one process trains alone with the engine's own communicator.
+  std::unique_ptr<zt::Communicator> comm;
+  if (world > 1) {
+    auto c = zt::communicator_create(*env, *dev);
+    if (!c) {
+      std::fprintf(stderr, "%s\n", c.status().message().c_str());
+      return 1;
+    }
+    comm = std::move(c).value();
+  }
+  const bool print = env->rank == 0;
   zt::nn::Gpt2 model(*mc);
-  auto engine = zt::initialize(model, *cfg, {.device = *dev, .seed = 1});
+  auto engine = zt::initialize(model, *cfg, {.device = *dev, .seed = 1, .comm = comm.get()});
   if (!engine) {
     std::fprintf(stderr, "%s\n", engine.status().message().c_str());
     return 1;
   }
   zt::Engine& e = **engine;
-  // Random tokens (fixed seed), a new batch each step.
+  // Random tokens (fixed seed, another stream per rank), a new batch each step.
   std::vector<int32_t> buf(static_cast<size_t>(a.batch) * (a.seq + 1));
-  uint64_t x = 88172645463325252ull;
+  uint64_t x = 88172645463325252ull ^ (static_cast<uint64_t>(env->rank) * 0x9E3779B97F4A7C15ull);
   auto next_batch = [&](zt::Tensor& tok, zt::Tensor& tgt) {
     for (auto& t : buf) {
       x ^= x << 13;
@@ -127,13 +169,16 @@ int main(int argc, char** argv) {
   std::vector<float> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   double median = sorted[sorted.size() / 2];
-  double tokens = static_cast<double>(a.batch) * a.seq;
+  double tokens = static_cast<double>(a.batch) * a.seq * world;
+  if (!print) return 0;
   nlohmann::json out = {{"impl", "zerotrain"},
                         {"model", a.model},
                         {"params", model.num_params()},
                         {"batch", a.batch},
                         {"seq", a.seq},
                         {"dtype", a.dtype},
+                        {"world_size", world},
+                        {"stage", cfg->zero.stage},
                         {"steps", a.steps},
                         {"step_ms_median", median},
                         {"tokens_per_s", tokens / (median / 1000.0)},

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
-exec ./build/bin/zt train --config examples/ds_config_tiny.json --model gpt2-tiny --steps "${ZT_DEMO_STEPS:-300}" "$@"
+exec ./build/bin/zt train --config examples/ds_config_tiny.json --model gpt2-tiny --steps "${ZT_DEMO_STEPS:-200}" "$@"

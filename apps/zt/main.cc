@@ -1,5 +1,8 @@
 // `zt`: the ZeroTrain command-line tool. One binary, subcommands as DESIGN.md lists them.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -35,6 +38,12 @@ int print_version() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenMP threads that spin while OpenBLAS's own threads run halve CPU training speed on small
+  // machines; libgomp reads its wait policy only when it loads, so set it and start again (once).
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   // Launchers (zt launch, deepspeed) put --local_rank=N right after the program, before its
   // arguments: `zt --local_rank=0 train ...`. ZeroTrain reads LOCAL_RANK from the environment.

@@ -1,0 +1,126 @@
+"""PyTorch peers for ZeroTrain's ZeRO stages on several GPUs (bench/gpt2_bench.cc --stage N under
+zt launch): the GPT of bench/gpt2_torch.py trained data-parallel as
+  --impl ddp               DistributedDataParallel, bf16 autocast, fp32 weights and gradients
+                           (~ZeRO stage 0);
+  --impl fsdp2-reshard     FSDP2 (fully_shard on each block, then the root) with
+                           reshard_after_forward=True: parameters gathered per block in forward
+                           and again in backward (~ZeRO-3);
+  --impl fsdp2-noreshard   the same with reshard_after_forward=False: gathered parameters kept
+                           from forward to backward (~ZeRO-2);
+FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32). Fused AdamW (lr 6e-4,
+betas 0.9/0.95, weight decay 0.1), gradient clipping 1.0, random tokens (a different stream per
+rank). Warm-up steps, then timed steps between CUDA events; the median (upper middle element,
+as the C++ side takes it). Rank 0 prints one JSON line: tokens_per_s counts every rank's tokens
+(micro-batch * seq * world / step time); peak_mem_bytes is rank 0's
+torch.cuda.max_memory_allocated over the timed steps.
+
+    torchrun --standalone --nproc_per_node 2 bench/zero_torch.py --impl fsdp2-reshard \
+        --model gpt2 --batch 16 --seq 1024
+
+Assumes torchrun's environment and one GPU per rank; FSDP2 needs torch >= 2.4 (public as
+torch.distributed.fsdp.fully_shard from 2.6, under torch.distributed._composable.fsdp before)."""
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # before NCCL is loaded
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt2_torch import GPT, SIZES  # noqa: E402
+
+IMPLS = ("ddp", "fsdp2-reshard", "fsdp2-noreshard")
+
+
+def fsdp2_api():
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:
+        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
+    return fully_shard, MixedPrecisionPolicy
+
+
+def init_distributed(dev):
+    try:
+        dist.init_process_group("nccl", device_id=dev)
+    except TypeError:  # torch before 2.3 has no device_id
+        dist.init_process_group("nccl")
+
+
+def wrap(model, impl, local_rank):
+    """The model ready to train and whether its forward needs bf16 autocast."""
+    if impl == "ddp":
+        return DDP(model, device_ids=[local_rank]), True
+    fully_shard, MixedPrecisionPolicy = fsdp2_api()
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    reshard = impl == "fsdp2-reshard"
+    for blk in model.blocks:
+        fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+    return model, False
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--impl", choices=IMPLS, required=True)
+    p.add_argument("--model", default="gpt2", choices=sorted(SIZES))
+    p.add_argument("--batch", type=int, default=16, help="micro-batch per GPU")
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    a = p.parse_args()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dev = torch.device("cuda", local_rank)
+    init_distributed(dev)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.backends.cuda.matmul.allow_tf32 = True
+
+    torch.manual_seed(1)  # same initial weights on every rank (DDP broadcasts rank 0's anyway)
+    n_layer, n_head, c = SIZES[a.model]
+    with torch.device(dev):  # initialised on the GPU: a CPU init of 1.3B parameters takes long
+        model = GPT(n_layer, n_head, c)
+    n_params = sum(t.numel() for t in model.parameters())
+    train, autocast = wrap(model, a.impl, local_rank)
+    opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(1000 + rank)
+
+    times, losses = [], []
+    torch.cuda.reset_peak_memory_stats()
+    for s in range(a.warmup + a.steps):
+        x = torch.randint(0, 50257, (a.batch, a.seq + 1), device=dev, generator=gen)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if s == a.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        start.record()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = train(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        stop.record()
+        stop.synchronize()
+        losses.append(loss.item())
+        if s >= a.warmup:
+            times.append(start.elapsed_time(stop))
+    med = sorted(times)[len(times) // 2]
+    if rank == 0:
+        print(json.dumps({"impl": "torch-" + a.impl, "model": a.model, "params": n_params,
+                          "batch": a.batch, "seq": a.seq, "world_size": world, "dtype": "bf16",
+                          "steps": a.steps, "step_ms_median": med,
+                          "tokens_per_s": a.batch * a.seq * world / (med / 1000),
+                          "peak_mem_bytes": torch.cuda.max_memory_allocated(),
+                          "first_loss": losses[0], "last_loss": losses[-1]}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
