@@ -1,5 +1,10 @@
 #include "common/test_util.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -79,6 +84,31 @@ double weighted_sum(const Tensor& t, const std::vector<double>& w) {
   double s = 0;
   for (size_t i = 0; i < v.size(); ++i) s += v[i] * w[i];
   return s;
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() /
+          fmt::format("{}_{}_{}", prefix, ::getpid(), rd());
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+int free_tcp_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace zt::testing

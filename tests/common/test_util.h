@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "zt/core/device.h"
@@ -37,6 +39,23 @@ void expect_close(const std::vector<double>& actual, const std::vector<double>& 
 // respect to the tensor is those weights (for finite-difference checks of ops with tensor outputs).
 std::vector<double> random_weights(int64_t n, uint64_t seed);
 double weighted_sum(const Tensor& t, const std::vector<double>& w);
+
+// A fresh folder under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "zt_test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A loopback TCP port that was free a moment ago (bind to port 0, read it back, close).
+int free_tcp_port();
 
 }  // namespace zt::testing
 

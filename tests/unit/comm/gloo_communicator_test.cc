@@ -4,6 +4,8 @@
 // (integers and halves, exact in bf16, so sums are exact); sizes are not multiples of W. Failure
 // tests: a rank that never arrives, a rank that skips a collective, a rank that dies.
 #include <gtest/gtest.h>
+
+#include "common/test_util.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,17 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-int free_tcp_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::free_tcp_port;
 
 DistEnv rank_env(int rank, int world, int port, std::chrono::milliseconds timeout) {
   DistEnv env;

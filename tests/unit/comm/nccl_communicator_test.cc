@@ -3,6 +3,8 @@
 // collective and dtype against values computed here, plus the watchdog: a rank that skips a
 // collective makes the other's wait() fail at the timeout (and abort NCCL) instead of hanging.
 #include <gtest/gtest.h>
+
+#include "common/test_util.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,17 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kWorld = 2;
 
-int free_tcp_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::free_tcp_port;
 
 DistEnv rank_env(int rank, int port, std::chrono::milliseconds timeout) {
   DistEnv env;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/test_util.h"
+
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,17 +20,7 @@ namespace {
 using namespace std::chrono_literals;
 
 // A port that was free a moment ago (bind to port 0, read it, close).
-int free_tcp_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
+using testing::free_tcp_port;
 
 // The value, or the error text (so a failed call shows its message in the comparison).
 std::string text(const Result<std::string>& r) {

@@ -4,6 +4,8 @@
 #include "zt/data/batch_sampler.h"
 
 #include <gtest/gtest.h>
+
+#include "common/test_util.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,19 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / fmt::format("zt_sampler_test_{}_{}", ::getpid(), rd());
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using testing::TempDir;
 
 // Writes `tokens` with the llm.c writer and maps it.
 std::shared_ptr<const TokenFile> make_file(const TempDir& dir, const std::string& name,

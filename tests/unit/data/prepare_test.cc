@@ -5,6 +5,8 @@
 #include "zt/data/prepare.h"
 
 #include <gtest/gtest.h>
+
+#include "common/test_util.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,19 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / fmt::format("zt_prepare_test_{}_{}", ::getpid(), rd());
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using testing::TempDir;
 
 void write_text(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
@@ -147,7 +137,7 @@ TEST(DataPrepare, ErrorsNameTheInputAndLeaveNoOutput) {
 
   EXPECT_FALSE(data_prepare({}, out).is_ok());
   EXPECT_FALSE(fs::exists(out));
-  for (const auto& e : fs::directory_iterator(c.dir.path)) {
+  for (const auto& e : fs::directory_iterator(c.dir.path())) {
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << e.path();
   }
 }

@@ -4,6 +4,8 @@
 #include "zt/data/token_file.h"
 
 #include <gtest/gtest.h>
+
+#include "common/test_util.h"
 #include <unistd.h>
 
 #include <cstring>
@@ -18,19 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh folder under the system temp dir, removed with its contents at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / fmt::format("zt_token_file_test_{}_{}", ::getpid(), rd());
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using testing::TempDir;
 
 void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -181,7 +171,7 @@ TEST(TokenFile, MalformedFilesGiveStatusNamingTheFile) {
   expect_error(dir.file("raw.bin"), {.format = TokenFileFormat::kLlmc}, "magic");
 
   expect_error(dir.file("raw.bin"), {.raw_dtype = DType::f32}, "f32");
-  expect_error(dir.path.string(), {}, "not a regular file");
+  expect_error(dir.path().string(), {}, "not a regular file");
 }
 
 TEST(TokenFileWrite, WritesLlmcGpt2LayoutForSmallVocab) {
@@ -230,7 +220,7 @@ TEST(TokenFileWrite, FailureLeavesExistingFileAndNoTemporary) {
   EXPECT_NE(s.message().find("token 257 at index 1"), std::string::npos) << s.message();
   EXPECT_EQ(read_bytes(out), before);
   int entries = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path)) ++entries;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++entries;
   EXPECT_EQ(entries, 1) << "a temporary file was left behind";
 
   EXPECT_FALSE(token_file_write(out, std::vector<int32_t>{-1}, 257).is_ok());
