@@ -8,11 +8,13 @@
 // scripts/gpu_dist_check.sh runs both and tabulates them.
 //
 //   zt launch --num_gpus 2 build/bin/zt_comm_bench [--min-bytes 1048576] [--max-bytes 1073741824]
-//                                                   [--iters 20] [--warmup 5]
+//                                                   [--iters 20] [--warmup 5] [--device cuda]
 //
 // Assumes one rank per GPU: each rank uses cuda:LOCAL_RANK (zt launch makes every selected GPU
 // visible to every rank, as DeepSpeed's launcher does). Timings are rank 0's; after the warm-up
 // the ranks run in lockstep, so rank 0's time includes no skew of its peer's arrival.
+// `--device cpu` (under `zt launch --num_procs 2`) runs the same loop over Gloo, each call waited
+// inside its timing since CPU events are wall-clock marks: a smoke test for machines without GPUs.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -36,12 +38,13 @@ struct Args {
   int64_t max_bytes = int64_t{1} << 30;
   int iters = 20;
   int warmup = 5;
+  std::string device = "cuda";
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
   std::fprintf(stderr,
                "zt_comm_bench: %s\nusage: zt launch --num_gpus 2 zt_comm_bench [--min-bytes N] "
-               "[--max-bytes N] [--iters N] [--warmup N]\n",
+               "[--max-bytes N] [--iters N] [--warmup N] [--device cuda|cpu]\n",
                what.c_str());
   std::exit(2);
 }
@@ -64,11 +67,20 @@ Args parse(int argc, char** argv) {
     if (i + 1 >= argc) usage_error("option " + k + " needs a value");
     std::string v = argv[++i];
     if (k == "--local_rank") continue;
-    if (k == "--min-bytes") a.min_bytes = parse_positive(k, v);
-    else if (k == "--max-bytes") a.max_bytes = parse_positive(k, v);
-    else if (k == "--iters") a.iters = static_cast<int>(parse_positive(k, v));
-    else if (k == "--warmup") a.warmup = static_cast<int>(parse_positive(k, v));
-    else usage_error("unknown option " + k);
+    if (k == "--min-bytes") {
+      a.min_bytes = parse_positive(k, v);
+    } else if (k == "--max-bytes") {
+      a.max_bytes = parse_positive(k, v);
+    } else if (k == "--iters") {
+      a.iters = static_cast<int>(parse_positive(k, v));
+    } else if (k == "--warmup") {
+      a.warmup = static_cast<int>(parse_positive(k, v));
+    } else if (k == "--device") {
+      if (v != "cuda" && v != "cpu") usage_error("--device must be cuda or cpu, got '" + v + "'");
+      a.device = v;
+    } else {
+      usage_error("unknown option " + k);
+    }
   }
   if (a.min_bytes > a.max_bytes) usage_error("--min-bytes exceeds --max-bytes");
   return a;
@@ -122,7 +134,7 @@ int main(int argc, char** argv) {
         "needs at least 2 ranks (found WORLD_SIZE {}); run it under `zt launch --num_gpus 2`",
         env->world_size));
   }
-  const zt::Device dev = zt::Device::cuda(env->local_rank);
+  const zt::Device dev = a.device == "cpu" ? zt::Device::cpu() : zt::Device::cuda(env->local_rank);
   if (zt::Status s = zt::device_check(dev); !s.is_ok()) return fail(s);
   auto comm_r = zt::communicator_create(*env, dev);
   if (!comm_r) return fail(comm_r.status());
@@ -166,6 +178,9 @@ int main(int argc, char** argv) {
       for (int i = 0; i < a.iters; ++i) {
         starts[i]->record(stream);
         handles.push_back(issue());
+        if (dev.is_cpu()) {
+          if (zt::Status s = wait_all(handles); !s.is_ok()) return fail(s);
+        }
         stops[i]->record(stream);
       }
       if (zt::Status s = wait_all(handles); !s.is_ok()) return fail(s);
@@ -177,10 +192,10 @@ int main(int argc, char** argv) {
       const double actual_bytes = static_cast<double>(numel * elem);
       const double busbw = busbw_factor(op, n) * actual_bytes / (median_us * 1e-6) / 1e9;
       if (print) {
-        nlohmann::json out = {{"impl", "zerotrain"},       {"op", op_name(op)},
-                              {"bytes", numel * elem},     {"time_us", median_us},
-                              {"busbw_gbps", busbw},       {"world_size", n},
-                              {"dtype", "bf16"},           {"iters", a.iters}};
+        nlohmann::json out = {{"impl", "zerotrain"},   {"op", op_name(op)},
+                              {"bytes", numel * elem}, {"time_us", median_us},
+                              {"busbw_gbps", busbw},   {"world_size", n},
+                              {"dtype", "bf16"},       {"iters", a.iters}};
         std::printf("%s\n", out.dump().c_str());
         std::fflush(stdout);
       }

@@ -52,15 +52,23 @@ Args parse(int argc, char** argv) {
     }
     std::string v = argv[++i];
     if (k == "--local_rank") continue;
-    if (k == "--model") a.model = v;
-    else if (k == "--batch") a.batch = std::atoi(v.c_str());
-    else if (k == "--seq") a.seq = std::atoi(v.c_str());
-    else if (k == "--dtype") a.dtype = v;
-    else if (k == "--steps") a.steps = std::atoi(v.c_str());
-    else if (k == "--warmup") a.warmup = std::atoi(v.c_str());
-    else if (k == "--device") a.device = v;
-    else if (k == "--stage") a.stage = std::atoi(v.c_str());
-    else {
+    if (k == "--model") {
+      a.model = v;
+    } else if (k == "--batch") {
+      a.batch = std::atoi(v.c_str());
+    } else if (k == "--seq") {
+      a.seq = std::atoi(v.c_str());
+    } else if (k == "--dtype") {
+      a.dtype = v;
+    } else if (k == "--steps") {
+      a.steps = std::atoi(v.c_str());
+    } else if (k == "--warmup") {
+      a.warmup = std::atoi(v.c_str());
+    } else if (k == "--device") {
+      a.device = v;
+    } else if (k == "--stage") {
+      a.stage = std::atoi(v.c_str());
+    } else {
       std::fprintf(stderr, "zt_bench_gpt2: unknown option %s\n", k.c_str());
       std::exit(2);
     }
@@ -90,7 +98,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "zt_bench_gpt2: device %s unavailable\n", a.device.c_str());
     return 1;
   }
-  std::string precision = a.dtype == "bf16" ? R"("bf16": {"enabled": true})"
+  std::string precision = a.dtype == "bf16"   ? R"("bf16": {"enabled": true})"
                           : a.dtype == "fp16" ? R"("fp16": {"enabled": true, "loss_scale": 1024})"
                                               : R"("bf16": {"enabled": false})";
   std::string zero =

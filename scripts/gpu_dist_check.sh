@@ -14,12 +14,13 @@
 #       (bench/zero_torch.py), bf16, gpt2 and gpt-1.3b, seq 1024: tokens/s, peak GiB, ratios.
 # Each part runs whatever happened to the others; results (JSON lines, logs) go to
 # ${OUT:-gpu_out}, and a short table comes last. NVLink SHARP stays off (NCCL_NVLS_ENABLE=0: the
-# lent machines do not support NVLS multicast). Target run time: under 8 minutes.
+# lent machines do not support NVLS multicast). Exits non-zero when a part failed. Target run
+# time: under 8 minutes (no torch.compile here).
 #
 # Knobs: ZT_DIST_PARTS (default abcd), ZT_BENCH_STEPS (timed steps, default 20),
 # ZT_DIST_MODELS (model:micro-batch list, default "gpt2:16 gpt-1.3b:4").
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out=${OUT:-gpu_out}
 mkdir -p "$out"
@@ -78,10 +79,12 @@ EOF
     # would otherwise both write at once.
     CUDA_VISIBLE_DEVICES=0 timeout -k 15 180 "$bin"/zt "${train[@]}" \
       --metrics-out "$eq/w1_s$stage.jsonl" --dump-params "$eq/w1_s$stage.bin" \
-      >"$eq/w1_s$stage.log" 2>&1 || { b_rc=1; echo "stage $stage 1-GPU run failed:"; tail -3 "$eq/w1_s$stage.log"; }
+      >"$eq/w1_s$stage.log" 2>&1 ||
+      { b_rc=1; echo "stage $stage 1-GPU run failed:"; tail -3 "$eq/w1_s$stage.log"; }
     zt_launch 180 "$bin"/zt "${train[@]}" \
       --metrics-out "$eq/w2_s$stage.jsonl" --dump-params "$eq/w2_s$stage.bin" \
-      >"$eq/w2_s$stage.log" 2>&1 || { b_rc=1; echo "stage $stage 2-GPU run failed:"; tail -3 "$eq/w2_s$stage.log"; }
+      >"$eq/w2_s$stage.log" 2>&1 ||
+      { b_rc=1; echo "stage $stage 2-GPU run failed:"; tail -3 "$eq/w2_s$stage.log"; }
   done
   python3 - "$eq" <<'PY' || b_rc=1
 # Compares each stage's 2-GPU run with the 1-GPU run: losses every step, final parameters.
@@ -144,7 +147,8 @@ if [[ $parts == *d* ]]; then
 fi
 
 echo
-python3 - "$out" "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$((SECONDS - start_s))" <<'PY' | tee "$out/summary.txt"
+secs=$((SECONDS - start_s))
+python3 - "$out" "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$secs" <<'PY' | tee "$out/summary.txt"
 # The short table: each part's outcome, then bandwidth and throughput side by side.
 import json, sys
 out, a_rc, b_rc, c_rc, d_rc, secs = sys.argv[1:]
@@ -212,3 +216,8 @@ for model in dict.fromkeys(r["model"] for r in zero):
                         ("zerotrain s0 / DDP", "zerotrain-s0", "torch-ddp")):
         print(f"  {label:<34}{ratio(a, b)}")
 PY
+# Non-zero when any part that ran failed (the table above says which).
+for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc"; do
+  [[ $rc == 0 || $rc == skipped ]] || exit 1
+done
+exit 0

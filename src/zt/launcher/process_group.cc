@@ -320,12 +320,17 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
           .index = static_cast<int>(i), .pid = pids_[i], .exit_code = 0, .term_signal = 0};
       if (WIFEXITED(status)) e.exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) e.term_signal = WTERMSIG(status);
-      if (!stopping && e.failed()) {
+      // Within one pass, a rank killed by a signal is the cause over ranks that exited with an
+      // error: those are usually its peers failing on the connection it dropped (they can only
+      // exit after it died, so both land in the same pass or it comes first).
+      if (!stopping && e.failed() &&
+          (result.end != GroupEnd::kProcessFailed ||
+           (e.term_signal != 0 && result.failure.term_signal == 0))) {
         result.end = GroupEnd::kProcessFailed;
         result.failure = e;
-        stop_begin();
       }
     }
+    if (!stopping && result.end == GroupEnd::kProcessFailed) stop_begin();
     int sig = g_first_signal.load();
     if (!stopping && sig != 0) {
       result.end = GroupEnd::kInterrupted;
