@@ -1,0 +1,23 @@
+// ZeroTrain's public API in one include: `#include <zt/zt.h>`.
+// Config (DeepSpeed's ds_config.json), the engine (zt::initialize), models (GPT-2 family) and the
+// Unit/Model interfaces for your own, the ops your units call, data (token files, batches), the
+// communicators for multi-process training.
+#pragma once
+
+#include "zt/build_config.h"
+#include "zt/comm/communicator.h"
+#include "zt/comm/env.h"
+#include "zt/core/device.h"
+#include "zt/core/log.h"
+#include "zt/core/status.h"
+#include "zt/core/tensor.h"
+#include "zt/data/batch_sampler.h"
+#include "zt/data/byte_tokenizer.h"
+#include "zt/data/token_file.h"
+#include "zt/kernels/ops.h"
+#include "zt/nn/generate.h"
+#include "zt/nn/layer.h"
+#include "zt/nn/model.h"
+#include "zt/nn/models/gpt2.h"
+#include "zt/runtime/config.h"
+#include "zt/runtime/engine.h"
