@@ -1,5 +1,6 @@
 #include "zt/zero/zero_state.h"
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -24,18 +25,39 @@ void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
 
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
   std::fill(out, out + unit.flat_numel(), 0.0f);
+  // Normal parameters are drawn in blocks of kInitBlock elements, block k of parameter `name` from
+  // its own generator seeded by (seed, name, k): the values depend on nothing but those, so they
+  // are the same for any world size, stage, device or thread count, and the blocks of a large
+  // model fill in parallel.
+  constexpr int64_t kInitBlock = int64_t{1} << 20;
+  struct Block {
+    const nn::Param* param;
+    int64_t begin, end;
+    uint64_t seed;
+  };
+  std::vector<Block> blocks;
   for (nn::Param* p : unit.params()) {
     float* dst = out + p->offset;
     switch (p->init) {
       case nn::ParamInit::kZeros: std::fill(dst, dst + p->numel(), 0.0f); break;
       case nn::ParamInit::kOnes: std::fill(dst, dst + p->numel(), 1.0f); break;
       case nn::ParamInit::kNormal: {
-        std::mt19937_64 rng(seed ^ std::hash<std::string>{}(p->name));
-        std::normal_distribution<float> dist(0.0f, p->init_std);
-        for (int64_t i = 0; i < p->numel(); ++i) dst[i] = dist(rng);
+        const uint64_t name_seed = seed ^ std::hash<std::string>{}(p->name);
+        for (int64_t b = 0; b < p->numel(); b += kInitBlock) {
+          blocks.push_back({p, b, std::min(p->numel(), b + kInitBlock),
+                            name_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(b / kInitBlock)});
+        }
         break;
       }
     }
+  }
+#pragma omp parallel for schedule(dynamic) if (blocks.size() > 1)
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = blocks[i];
+    std::mt19937_64 rng(b.seed);
+    std::normal_distribution<float> dist(0.0f, b.param->init_std);
+    float* dst = out + b.param->offset;
+    for (int64_t j = b.begin; j < b.end; ++j) dst[j] = dist(rng);
   }
 }
 
