@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -68,6 +69,13 @@ class Event {
   Device device_;
   void* handle_ = nullptr;
   double cpu_time_ms_ = 0;
+};
+
+// Thrown when a device allocation fails for lack of memory (after the cache was emptied and the
+// allocation retried). The message names the device, the size and what to do.
+class GpuOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 // Raw memory. Device memory comes from the caching allocator: freed blocks are reused for later

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <string>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -75,13 +76,16 @@ void* cache_allocate(int device, size_t bytes, void* stream) {
       size_t free_b = 0, total_b = 0;
       (void)cudaGetLastError();
       (void)cudaMemGetInfo(&free_b, &total_b);
-      ::zt::detail::assert_fail(
-          __FILE__, __LINE__, "cudaMalloc",
-          fmt::format("out of GPU memory on cuda:{} allocating {:.1f} MiB ({:.1f} MiB in use by "
-                      "ZeroTrain, {:.1f} MiB free of {:.1f} MiB); lower the micro-batch size, "
-                      "use a higher ZeRO stage, or enable offload",
-                      device, size / 1048576.0, c.stats.allocated_bytes / 1048576.0,
-                      free_b / 1048576.0, total_b / 1048576.0));
+      std::string msg = fmt::format(
+          "out of GPU memory on cuda:{} allocating {:.1f} MiB ({:.1f} MiB in use by ZeroTrain, "
+          "{:.1f} MiB free of {:.1f} MiB); lower the micro-batch size, use a higher ZeRO stage, "
+          "or enable offload",
+          device, size / 1048576.0, c.stats.allocated_bytes / 1048576.0, free_b / 1048576.0,
+          total_b / 1048576.0);
+      // Running out of memory is the user's configuration, not a bug: it travels up as an
+      // exception (the CLI prints it as one error line and exits 1).
+      if (err == cudaErrorMemoryAllocation) throw GpuOutOfMemory(msg);
+      ::zt::detail::assert_fail(__FILE__, __LINE__, "cudaMalloc", cudaGetErrorString(err));
     }
     c.stats.reserved_bytes += size;
     c.stats.system_allocs++;
