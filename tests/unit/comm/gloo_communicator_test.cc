@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
+#include "unit/comm/comm_test_ranks.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,30 +29,11 @@ using Clock = std::chrono::steady_clock;
 using testing::free_tcp_port;
 
 DistEnv rank_env(int rank, int world, int port, std::chrono::milliseconds timeout) {
-  DistEnv env;
-  env.rank = rank;
-  env.world_size = world;
-  env.local_rank = rank;
-  env.local_size = world;
-  env.master_addr = "127.0.0.1";
-  env.master_port = port;
-  env.job_token = "gloo-test";
-  env.timeout = timeout;
-  env.source = DistSource::kRankEnv;
-  return env;
+  return testing::rank_env(rank, world, port, timeout, "gloo-test");
 }
-
-// Runs fn(rank) on `world` threads and joins them.
-void run_ranks(int world, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) threads.emplace_back(fn, r);
-  for (std::thread& t : threads) t.join();
-}
-
+using testing::run_ranks;
 std::unique_ptr<Communicator> create(const DistEnv& env) {
-  auto c = communicator_create(env, Device::cpu());
-  EXPECT_TRUE(c.is_ok()) << "rank " << env.rank << ": " << c.status().message();
-  return c.is_ok() ? std::move(c).value() : nullptr;
+  return testing::create_communicator(env, Device::cpu());
 }
 
 // Rank-dependent data: small integers (u8: 1..11; others -5..5), halved for float dtypes, so

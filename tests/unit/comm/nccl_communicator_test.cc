@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
+#include "unit/comm/comm_test_ranks.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,29 +29,11 @@ constexpr int kWorld = 2;
 using testing::free_tcp_port;
 
 DistEnv rank_env(int rank, int port, std::chrono::milliseconds timeout) {
-  DistEnv env;
-  env.rank = rank;
-  env.world_size = kWorld;
-  env.local_rank = rank;
-  env.local_size = kWorld;
-  env.master_addr = "127.0.0.1";
-  env.master_port = port;
-  env.job_token = "nccl-test";
-  env.timeout = timeout;
-  env.source = DistSource::kRankEnv;
-  return env;
+  return testing::rank_env(rank, kWorld, port, timeout, "nccl-test");
 }
-
-void run_ranks(const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kWorld; ++r) threads.emplace_back(fn, r);
-  for (std::thread& t : threads) t.join();
-}
-
+void run_ranks(const std::function<void(int)>& fn) { testing::run_ranks(kWorld, fn); }
 std::unique_ptr<Communicator> create(const DistEnv& env) {
-  auto c = communicator_create(env, Device::cuda(env.rank));
-  EXPECT_TRUE(c.is_ok()) << "rank " << env.rank << ": " << c.status().message();
-  return c.is_ok() ? std::move(c).value() : nullptr;
+  return testing::create_communicator(env, Device::cuda(env.rank));
 }
 
 // As in gloo_communicator_test.cc: small integers (halved for floats), exact in bf16.
