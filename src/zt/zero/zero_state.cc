@@ -281,8 +281,17 @@ void ZeroState::gather(int u) {
   } else {
     st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
     CommHandle h = options_.comm->all_gather(st.value, st.value_shard, options_.stream);
-    if (!options_.device.is_cuda()) record(h.wait());
-    else stream_handles_.push_back(std::move(h));
+    if (!options_.device.is_cuda()) {
+      record(h.wait());
+    } else {
+      stream_handles_.push_back(std::move(h));
+      // Passes that never call finish_pass (generation through the hooks) must not pile up
+      // handles: past a bound, settle them here.
+      if (stream_handles_.size() > 256) {
+        for (auto& sh : stream_handles_) record(sh.wait());
+        stream_handles_.clear();
+      }
+    }
     live_elements_ += st.padded;
   }
   model_.units()[u]->bind_values(st.value);
