@@ -8,6 +8,7 @@
 
 #include "zt/core/half.h"
 #include "zt/kernels/cpu/cpu_ops.h"
+#include "zt/kernels/cpu/optim_common.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -64,11 +65,7 @@ void adam_chunk(const AdamCoeffs& k, const OptimChunk& c) {
     m[i] = mi;
     v[i] = vi;
     p[i] = pi;
-    if constexpr (std::is_same_v<Lowp, bf16_t>) {
-      lowp[i] = float_to_bf16(pi);
-    } else if constexpr (std::is_same_v<Lowp, f16_t>) {
-      lowp[i] = float_to_f16(pi);
-    }
+    store_lowp(lowp, i, pi);
   }
 }
 

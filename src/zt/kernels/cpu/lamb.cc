@@ -11,6 +11,7 @@
 
 #include "zt/core/half.h"
 #include "zt/kernels/cpu/cpu_ops.h"
+#include "zt/kernels/cpu/optim_common.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -84,11 +85,7 @@ void lamb_apply(const LambCoeffs& k, float step_size, const OptimChunk& c) {
   for (int64_t i = 0; i < c.n; ++i) {
     const float pi = p[i] - step_size * lamb_update(k, m[i], v[i], p[i]);
     p[i] = pi;
-    if constexpr (std::is_same_v<Lowp, bf16_t>) {
-      lowp[i] = float_to_bf16(pi);
-    } else if constexpr (std::is_same_v<Lowp, f16_t>) {
-      lowp[i] = float_to_f16(pi);
-    }
+    store_lowp(lowp, i, pi);
   }
 }
 

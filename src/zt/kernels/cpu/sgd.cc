@@ -7,6 +7,7 @@
 
 #include "zt/core/half.h"
 #include "zt/kernels/cpu/cpu_ops.h"
+#include "zt/kernels/cpu/optim_common.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -37,11 +38,7 @@ void sgd_chunk(const SgdArgs& a, SgdMomentum mom, const OptimChunk& c) {
     }
     const float pi = p[i] - a.lr * d;
     p[i] = pi;
-    if constexpr (std::is_same_v<Lowp, bf16_t>) {
-      lowp[i] = float_to_bf16(pi);
-    } else if constexpr (std::is_same_v<Lowp, f16_t>) {
-      lowp[i] = float_to_f16(pi);
-    }
+    store_lowp(lowp, i, pi);
   }
 }
 
