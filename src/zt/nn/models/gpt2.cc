@@ -109,13 +109,14 @@ Tensor Gpt2Block::forward(Context& ctx, const Tensor& x) {
   ln1_mean_ = Tensor::empty({N}, acc, dev, s);
   ln1_rstd_ = Tensor::empty({N}, acc, dev, s);
   kernels::layernorm_forward(ln1_, ln1_mean_, ln1_rstd_, x2, ln1_w_->value, ln1_b_->value, s);
-  qkv_ = Tensor::empty({B, T, 3 * C}, dt, dev, s);
-  Tensor qkv2 = qkv_.reshape({N, 3 * C});
+  // qkv is not kept: attention's backward reads its permuted copy qkvr.
+  Tensor qkv = Tensor::empty({B, T, 3 * C}, dt, dev, s);
+  Tensor qkv2 = qkv.reshape({N, 3 * C});
   kernels::matmul_forward(qkv2, ln1_, qkv_w_->value, &qkv_b_->value, s);
   qkvr_ = Tensor::empty({3, B, n_head_, T, HS}, dt, dev, s);
   att_ = Tensor::empty({B, n_head_, T, T}, dt, dev, s);
   atty_ = Tensor::empty({B, T, C}, dt, dev, s);
-  kernels::attention_forward(atty_, qkvr_, att_, qkv_, n_head_, s);
+  kernels::attention_forward(atty_, qkvr_, att_, qkv, n_head_, s);
   Tensor proj = Tensor::empty({N, C}, dt, dev, s);
   kernels::matmul_forward(proj, atty_.reshape({N, C}), proj_w_->value, &proj_b_->value, s);
   res2_ = Tensor::empty({N, C}, dt, dev, s);
@@ -126,10 +127,12 @@ Tensor Gpt2Block::forward(Context& ctx, const Tensor& x) {
   kernels::layernorm_forward(ln2_, ln2_mean_, ln2_rstd_, res2_, ln2_w_->value, ln2_b_->value, s);
   fch_ = Tensor::empty({N, 4 * C}, dt, dev, s);
   kernels::matmul_forward(fch_, ln2_, fc_w_->value, &fc_b_->value, s);
-  fch_gelu_ = Tensor::empty({N, 4 * C}, dt, dev, s);
-  kernels::gelu_forward(fch_gelu_, fch_, s);
+  // gelu(fch) is not kept either: backward recomputes it (one cheap elementwise pass) instead of
+  // holding 4C values per token per block.
+  Tensor fch_gelu = Tensor::empty({N, 4 * C}, dt, dev, s);
+  kernels::gelu_forward(fch_gelu, fch_, s);
   Tensor fcproj = Tensor::empty({N, C}, dt, dev, s);
-  kernels::matmul_forward(fcproj, fch_gelu_, fcproj_w_->value, &fcproj_b_->value, s);
+  kernels::matmul_forward(fcproj, fch_gelu, fcproj_w_->value, &fcproj_b_->value, s);
   Tensor out = Tensor::empty({B, T, C}, dt, dev, s);
   Tensor out2 = out.reshape({N, C});
   kernels::residual_forward(out2, res2_, fcproj, s);
@@ -145,8 +148,12 @@ Tensor Gpt2Block::backward(Context& ctx, const Tensor& dout) {
   Tensor dout2 = dout.reshape({N, C});
   // MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))).
   Tensor dfch_gelu = Tensor::empty({N, 4 * C}, dt, dev, s);
-  kernels::matmul_backward(&dfch_gelu, fcproj_w_->grad, &fcproj_b_->grad, dout2, fch_gelu_,
-                           fcproj_w_->value, s);
+  {
+    Tensor fch_gelu = Tensor::empty({N, 4 * C}, dt, dev, s);
+    kernels::gelu_forward(fch_gelu, fch_, s);
+    kernels::matmul_backward(&dfch_gelu, fcproj_w_->grad, &fcproj_b_->grad, dout2, fch_gelu,
+                             fcproj_w_->value, s);
+  }
   Tensor dfch = Tensor::empty({N, 4 * C}, dt, dev, s);
   kernels::gelu_backward(dfch, dfch_gelu, fch_, s);
   Tensor dln2 = Tensor::empty({N, C}, dt, dev, s);
@@ -169,8 +176,8 @@ Tensor Gpt2Block::backward(Context& ctx, const Tensor& dout) {
   kernels::layernorm_backward(dx2, ln1_w_->grad, ln1_b_->grad, dln1, x_.reshape({N, C}),
                               ln1_w_->value, ln1_mean_, ln1_rstd_, &dres2, s);
   // Release saved activations: memory returns to the cache for the next unit.
-  x_ = ln1_ = ln1_mean_ = ln1_rstd_ = qkv_ = qkvr_ = att_ = atty_ = res2_ = Tensor();
-  ln2_ = ln2_mean_ = ln2_rstd_ = fch_ = fch_gelu_ = Tensor();
+  x_ = ln1_ = ln1_mean_ = ln1_rstd_ = qkvr_ = att_ = atty_ = res2_ = Tensor();
+  ln2_ = ln2_mean_ = ln2_rstd_ = fch_ = Tensor();
   return dx;
 }
 

@@ -31,8 +31,8 @@ class Gpt2Block : public Unit {
   Param *ln1_w_, *ln1_b_, *qkv_w_, *qkv_b_, *proj_w_, *proj_b_;
   Param *ln2_w_, *ln2_b_, *fc_w_, *fc_b_, *fcproj_w_, *fcproj_b_;
   // Saved activations.
-  Tensor x_, ln1_, ln1_mean_, ln1_rstd_, qkv_, qkvr_, att_, atty_, res2_;
-  Tensor ln2_, ln2_mean_, ln2_rstd_, fch_, fch_gelu_;
+  Tensor x_, ln1_, ln1_mean_, ln1_rstd_, qkvr_, att_, atty_, res2_;
+  Tensor ln2_, ln2_mean_, ln2_rstd_, fch_;
 };
 
 class Gpt2Head : public Unit {
