@@ -291,6 +291,10 @@ TEST_P(GlooDeadPeer, NextCollectiveNamesTheDeadPeer) {
   const auto [world, dead] = GetParam();
   const int port = free_tcp_port();
   std::latch died(1);
+  // Survivors keep their communicators until every survivor has seen its error: a survivor that
+  // tore down first would close its own connections, and a third rank could then (rightly) see
+  // that survivor's connection close before the dead rank's.
+  std::latch checked(world - 1);
   run_ranks(world, [&, world = world, dead = dead](int rank) {
     // A long timeout: the failure must come from the closed connection, not the timeout.
     auto comm = create(rank_env(rank, world, port, 30s));
@@ -315,6 +319,7 @@ TEST_P(GlooDeadPeer, NextCollectiveNamesTheDeadPeer) {
         << s.message();
     EXPECT_NE(s.message().find(fmt::format("peer rank {}", dead)), std::string::npos)
         << s.message();
+    checked.arrive_and_wait();
   });
 }
 
