@@ -39,6 +39,12 @@ if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
     >>"$out/bench.jsonl" 2>"$out/bench_compile.log" || tail -5 "$out/bench_compile.log"
 fi
 
+echo "== attention fwd+bwd, bf16: fused and unfused next to torch SDPA"
+: >"$out/attention.jsonl"
+"$bin"/zt_bench_attention >>"$out/attention.jsonl" 2>"$out/attention_zt.log" || tail -5 "$out/attention_zt.log"
+python3 bench/attention_torch.py >>"$out/attention.jsonl" 2>"$out/attention_torch.log" ||
+  tail -5 "$out/attention_torch.log"
+
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" <<'PY'
 import json, sys
@@ -57,4 +63,12 @@ for r in rows:
     print(f"{r['impl']:<14}{r['tokens_per_s']:>12.0f}{r['step_ms_median']:>10.1f}"
           f"{r['peak_mem_bytes']/2**30:>10.2f}{ratio:>13.2f}x")
 print("(last column: ZeroTrain tokens/s divided by that row's tokens/s)")
+att = [json.loads(l) for l in open(f"{out}/attention.jsonl") if l.strip()]
+print(f"\n{'attention (B,NH,T,HS)':<24}{'impl':<20}{'ms':>8}{'TFLOP/s':>9}{'torch/this':>12}")
+for r in att:
+    key = (r["B"], r["NH"], r["T"], r["HS"])
+    t = next((x for x in att if x["impl"] == "torch-sdpa" and (x["B"], x["NH"], x["T"], x["HS"]) == key), None)
+    ratio = t["ms_median"] / r["ms_median"] if t else float("nan")
+    print(f"{str(key):<24}{r['impl']:<20}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
+print("(last column: torch SDPA time divided by that row's time; above 1 is faster than torch)")
 PY

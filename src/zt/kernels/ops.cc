@@ -10,19 +10,19 @@
 namespace zt::kernels {
 
 #if ZT_HAVE_CUDA
-#define ZT_DISPATCH(device, op, ...)        \
-  do {                                      \
-    if ((device).is_cuda()) {               \
-      cuda::op(__VA_ARGS__);                \
-    } else {                                \
-      cpu::op(__VA_ARGS__);                 \
-    }                                       \
+#define ZT_DISPATCH(device, op, ...) \
+  do {                               \
+    if ((device).is_cuda()) {        \
+      cuda::op(__VA_ARGS__);         \
+    } else {                         \
+      cpu::op(__VA_ARGS__);          \
+    }                                \
   } while (0)
 #else
-#define ZT_DISPATCH(device, op, ...)                                          \
-  do {                                                                        \
+#define ZT_DISPATCH(device, op, ...)                                                    \
+  do {                                                                                  \
     ZT_ASSERT((device).is_cpu(), #op " on {} in a build without CUDA", (device).str()); \
-    cpu::op(__VA_ARGS__);                                                     \
+    cpu::op(__VA_ARGS__);                                                               \
   } while (0)
 #endif
 
@@ -71,6 +71,20 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkvr, const Tensor& att,
                         int num_heads, const Stream& s) {
   ZT_DISPATCH(dout.device(), attention_backward, dqkv, dout, qkvr, att, num_heads, s);
+}
+bool flash_attention_supported(Device device, DType dtype, int64_t head_size) {
+  if (device.is_cpu()) return dtype == DType::f32 || dtype == DType::f64;
+  return ZT_HAVE_CUDA && (dtype == DType::bf16 || dtype == DType::f16) &&
+         (head_size == 64 || head_size == 128);
+}
+void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int num_heads,
+                             const Stream& s) {
+  ZT_DISPATCH(qkv.device(), flash_attention_forward, out, lse, qkv, num_heads, s);
+}
+void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, int num_heads,
+                              const Stream& s) {
+  ZT_DISPATCH(qkv.device(), flash_attention_backward, dqkv, dout, qkv, out, lse, num_heads, s);
 }
 void crossentropy_forward(Tensor& losses, const Tensor& logits, const Tensor& targets,
                           int64_t vocab, const Stream& s) {

@@ -68,6 +68,19 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkvr, const Tensor& att,
                         int num_heads, const Stream& s = {});
 
+// ---- fused ("flash") causal attention: the same function as attention_forward, but the (T, T)
+// probabilities are never stored. qkv (B,T,3C) and out (B,T,C) as above. Saved for backward: qkv,
+// out and lse (B,NH,T) f32, lse[b,h,t] = log sum_{u<=t} exp(q_t . k_u / sqrt(HS)).
+// The CUDA kernels take what flash_attention_supported() accepts (bf16/f16, head size 64 or 128);
+// the CPU reference (f32/f64) takes any shape and is their specification.
+bool flash_attention_supported(Device device, DType dtype, int64_t head_size);
+void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int num_heads,
+                             const Stream& s = {});
+// dqkv (B,T,3C) written.
+void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, int num_heads,
+                              const Stream& s = {});
+
 // ---- softmax cross-entropy over the vocabulary.
 // logits (N,Vp) compute dtype, of which the first `vocab` columns are real (the rest padding,
 // ignored); targets (N) i32 in [0, vocab); losses (N) accum dtype:

@@ -1,6 +1,8 @@
 #include "zt/nn/models/gpt2.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "zt/kernels/ops.h"
 #include "zt/nn/models/gpt2_units.h"
@@ -8,7 +10,21 @@
 namespace zt::nn {
 namespace {
 
-Shape rows(const Tensor& t, int64_t cols) { return {t.numel() / cols, cols}; }
+Shape rows(const Tensor& t, int64_t cols) {
+  return {t.numel() / cols, cols};
+}
+
+// The fused attention kernels run on GPUs where they exist (bf16/f16, head size 64 or 128); the CPU
+// keeps the unfused reference, faster there. ZT_FLASH_ATTENTION=0 turns the fused path off
+// (to compare, or to rule it out).
+bool want_flash(Device device, DType dtype, int64_t head_size) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ZT_FLASH_ATTENTION");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled && device.is_cuda() &&
+         kernels::flash_attention_supported(device, dtype, head_size);
+}
 
 }  // namespace
 
@@ -19,8 +35,12 @@ int gpt2_padded_vocab(int vocab) {
 
 Result<Gpt2Config> gpt2_config_named(std::string_view name) {
   auto make = [](int l, int h, int c, int vocab, int ctx) {
-    return Gpt2Config{.n_layer = l, .n_head = h, .n_embd = c, .vocab_size = vocab,
-                      .padded_vocab_size = gpt2_padded_vocab(vocab), .max_seq_len = ctx};
+    return Gpt2Config{.n_layer = l,
+                      .n_head = h,
+                      .n_embd = c,
+                      .vocab_size = vocab,
+                      .padded_vocab_size = gpt2_padded_vocab(vocab),
+                      .max_seq_len = ctx};
   };
   if (name == "gpt2-tiny") return make(4, 4, 128, 257, 256);
   if (name == "gpt2") return make(12, 12, 768, 50257, 1024);
@@ -109,14 +129,22 @@ Tensor Gpt2Block::forward(Context& ctx, const Tensor& x) {
   ln1_mean_ = Tensor::empty({N}, acc, dev, s);
   ln1_rstd_ = Tensor::empty({N}, acc, dev, s);
   kernels::layernorm_forward(ln1_, ln1_mean_, ln1_rstd_, x2, ln1_w_->value, ln1_b_->value, s);
-  // qkv is not kept: attention's backward reads its permuted copy qkvr.
   Tensor qkv = Tensor::empty({B, T, 3 * C}, dt, dev, s);
   Tensor qkv2 = qkv.reshape({N, 3 * C});
   kernels::matmul_forward(qkv2, ln1_, qkv_w_->value, &qkv_b_->value, s);
-  qkvr_ = Tensor::empty({3, B, n_head_, T, HS}, dt, dev, s);
-  att_ = Tensor::empty({B, n_head_, T, T}, dt, dev, s);
   atty_ = Tensor::empty({B, T, C}, dt, dev, s);
-  kernels::attention_forward(atty_, qkvr_, att_, qkv, n_head_, s);
+  use_flash_ = want_flash(dev, dt, HS);
+  if (use_flash_) {
+    // Backward recomputes the probabilities from qkv and the row log-sum-exp.
+    qkv_ = qkv;
+    lse_ = Tensor::empty({B, n_head_, T}, DType::f32, dev, s);
+    kernels::flash_attention_forward(atty_, lse_, qkv, n_head_, s);
+  } else {
+    // qkv is not kept: attention's backward reads its permuted copy qkvr.
+    qkvr_ = Tensor::empty({3, B, n_head_, T, HS}, dt, dev, s);
+    att_ = Tensor::empty({B, n_head_, T, T}, dt, dev, s);
+    kernels::attention_forward(atty_, qkvr_, att_, qkv, n_head_, s);
+  }
   Tensor proj = Tensor::empty({N, C}, dt, dev, s);
   kernels::matmul_forward(proj, atty_.reshape({N, C}), proj_w_->value, &proj_b_->value, s);
   res2_ = Tensor::empty({N, C}, dt, dev, s);
@@ -167,7 +195,11 @@ Tensor Gpt2Block::backward(Context& ctx, const Tensor& dout) {
   kernels::matmul_backward(&datty2, proj_w_->grad, &proj_b_->grad, dres2, atty_.reshape({N, C}),
                            proj_w_->value, s);
   Tensor dqkv = Tensor::empty({B, T, 3 * C}, dt, dev, s);
-  kernels::attention_backward(dqkv, datty, qkvr_, att_, n_head_, s);
+  if (use_flash_) {
+    kernels::flash_attention_backward(dqkv, datty, qkv_, atty_, lse_, n_head_, s);
+  } else {
+    kernels::attention_backward(dqkv, datty, qkvr_, att_, n_head_, s);
+  }
   Tensor dln1 = Tensor::empty({N, C}, dt, dev, s);
   kernels::matmul_backward(&dln1, qkv_w_->grad, &qkv_b_->grad, dqkv.reshape({N, 3 * C}), ln1_,
                            qkv_w_->value, s);
@@ -176,7 +208,7 @@ Tensor Gpt2Block::backward(Context& ctx, const Tensor& dout) {
   kernels::layernorm_backward(dx2, ln1_w_->grad, ln1_b_->grad, dln1, x_.reshape({N, C}),
                               ln1_w_->value, ln1_mean_, ln1_rstd_, &dres2, s);
   // Release saved activations: memory returns to the cache for the next unit.
-  x_ = ln1_ = ln1_mean_ = ln1_rstd_ = qkvr_ = att_ = atty_ = res2_ = Tensor();
+  x_ = ln1_ = ln1_mean_ = ln1_rstd_ = qkvr_ = att_ = atty_ = res2_ = qkv_ = lse_ = Tensor();
   ln2_ = ln2_mean_ = ln2_rstd_ = fch_ = Tensor();
   return dx;
 }

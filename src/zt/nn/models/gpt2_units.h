@@ -32,6 +32,9 @@ class Gpt2Block : public Unit {
   Param *ln2_w_, *ln2_b_, *fc_w_, *fc_b_, *fcproj_w_, *fcproj_b_;
   // Saved activations.
   Tensor x_, ln1_, ln1_mean_, ln1_rstd_, qkvr_, att_, atty_, res2_;
+  // Fused attention (use_flash_): qkv itself and the per-row log-sum-exp instead of qkvr and att.
+  bool use_flash_ = false;
+  Tensor qkv_, lse_;
   Tensor ln2_, ln2_mean_, ln2_rstd_, fch_;
 };
 

@@ -1,0 +1,91 @@
+// Causal attention forward + backward on one GPU: the fused kernels (flash_attention_*) next to
+// the unfused path (attention_*: batched GEMMs and a materialised (T, T) probability matrix), in
+// bf16, for the head shapes of GPT-2 124M (12 x 64) and the 1.3B GPT (16 x 128). Prints one JSON
+// line per (shape, implementation): median milliseconds of fwd+bwd over --steps timed with CUDA
+// events after warm-up, TFLOP/s counted as causal attention (half of 4 B NH T^2 HS forward, 2.5x
+// that backward), and the bytes each keeps for backward. bench/attention_torch.py prints the same
+// for PyTorch's scaled_dot_product_attention.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "zt/core/device.h"
+#include "zt/core/tensor.h"
+#include "zt/kernels/ops.h"
+
+namespace {
+
+struct Shape4 {
+  int64_t B, NH, T, HS;
+};
+
+void run(const Shape4& sh, bool fused, int steps) {
+  using zt::DType;
+  using zt::Tensor;
+  const zt::Device dev = zt::Device::cuda(0);
+  const zt::Stream s = zt::Stream::create(dev);
+  const int64_t C = sh.NH * sh.HS;
+  const DType dt = DType::bf16;
+  Tensor qkv = Tensor::zeros({sh.B, sh.T, 3 * C}, dt, dev, s);
+  {
+    Tensor host = Tensor::empty({sh.B, sh.T, 3 * C}, DType::f32);
+    float* p = host.data<float>();
+    for (int64_t i = 0; i < host.numel(); ++i)
+      p[i] = static_cast<float>((i * 7919) % 97) / 97.0f - 0.5f;
+    Tensor h16 = Tensor::empty(host.shape(), dt);
+    zt::kernels::cast(h16, host, {});
+    qkv.copy_from(h16);
+  }
+  Tensor dout = Tensor::zeros({sh.B, sh.T, C}, dt, dev, s);
+  Tensor out = Tensor::empty({sh.B, sh.T, C}, dt, dev, s);
+  Tensor dqkv = Tensor::empty({sh.B, sh.T, 3 * C}, dt, dev, s);
+  Tensor lse, qkvr, att;
+  int64_t saved = 0;
+  if (fused) {
+    lse = Tensor::empty({sh.B, sh.NH, sh.T}, DType::f32, dev, s);
+    saved = static_cast<int64_t>(lse.nbytes());
+  } else {
+    qkvr = Tensor::empty({3, sh.B, sh.NH, sh.T, sh.HS}, dt, dev, s);
+    att = Tensor::empty({sh.B, sh.NH, sh.T, sh.T}, dt, dev, s);
+    saved = static_cast<int64_t>(qkvr.nbytes() + att.nbytes()) - static_cast<int64_t>(qkv.nbytes());
+  }
+  zt::Event start(dev), stop(dev);
+  std::vector<float> ms;
+  for (int i = 0; i < steps + 3; ++i) {
+    start.record(s);
+    if (fused) {
+      zt::kernels::flash_attention_forward(out, lse, qkv, static_cast<int>(sh.NH), s);
+      zt::kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, static_cast<int>(sh.NH), s);
+    } else {
+      zt::kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(sh.NH), s);
+      zt::kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(sh.NH), s);
+    }
+    stop.record(s);
+    stop.synchronize();
+    if (i >= 3) ms.push_back(start.elapsed_ms(stop));
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const double flops = 3.5 * 2.0 * static_cast<double>(sh.B * sh.NH) * sh.T * sh.T * sh.HS;
+  std::printf(
+      "{\"impl\": \"%s\", \"B\": %lld, \"NH\": %lld, \"T\": %lld, \"HS\": %lld, \"ms_median\": "
+      "%.4f, "
+      "\"tflops\": %.1f, \"saved_extra_bytes\": %lld}\n",
+      fused ? "zerotrain-fused" : "zerotrain-unfused", static_cast<long long>(sh.B),
+      static_cast<long long>(sh.NH), static_cast<long long>(sh.T), static_cast<long long>(sh.HS),
+      med, flops / (med * 1e-3) / 1e12, static_cast<long long>(saved));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::stoi(argv[1]) : 20;
+  for (const Shape4& sh :
+       {Shape4{16, 12, 1024, 64}, Shape4{4, 16, 1024, 128}, Shape4{1, 16, 4096, 128}}) {
+    run(sh, true, steps);
+    run(sh, false, steps);
+  }
+  return 0;
+}
