@@ -151,12 +151,25 @@ int main(int argc, char** argv) {
   std::vector<float> ms;
   std::vector<double> losses;
   zt::Event start(*dev), stop(*dev);
+  // ZT_BENCH_MEMORY=1: on the first timed step, rank 0 prints (stderr) the memory allocated after
+  // each phase and the peak within it, to see where the peak comes from.
+  const bool trace_memory = std::getenv("ZT_BENCH_MEMORY") != nullptr && print;
+  auto phase = [&](const char* name, int step) {
+    if (!trace_memory || step != a.warmup || !dev->is_cuda()) return;
+    e.stream().synchronize();
+    const auto st = zt::allocator_stats(*dev);
+    std::fprintf(stderr, "memory after %-8s allocated %8.1f MiB, peak in phase %8.1f MiB\n", name,
+                 st.allocated_bytes / 1048576.0, st.peak_allocated_bytes / 1048576.0);
+    zt::allocator_reset_peak(*dev);
+  };
   for (int s = 0; s < a.warmup + a.steps; ++s) {
     zt::Tensor tok, tgt;
     next_batch(tok, tgt);
     if (s == a.warmup) zt::allocator_reset_peak(*dev);
+    phase("start", s);
     start.record(e.stream());
     auto loss = e.forward(tok, tgt);
+    phase("forward", s);
     if (!loss) {
       std::fprintf(stderr, "%s\n", loss.status().message().c_str());
       return 1;
@@ -165,10 +178,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
     }
+    phase("backward", s);
     if (auto st = e.step(); !st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
       return 1;
     }
+    phase("step", s);
     stop.record(e.stream());
     stop.synchronize();
     losses.push_back(*loss);
