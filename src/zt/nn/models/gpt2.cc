@@ -116,6 +116,18 @@ Gpt2Block::Gpt2Block(const Gpt2Config& c, int index)
   fcproj_b_ = &add_param(p + "mlp.c_proj.bias", {C}, ParamInit::kZeros);
 }
 
+// layernorm(in) again, as the forward computed it (same kernel, same inputs: the same values).
+Tensor Gpt2Block::recompute_layernorm(Context& ctx, const Tensor& in, const Param& w,
+                                      const Param& b) {
+  const int64_t N = in.size(0);
+  const DType acc = kernels::accum_dtype(ctx.compute_dtype);
+  Tensor out = Tensor::empty(in.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
+  Tensor mean = Tensor::empty({N}, acc, ctx.device, ctx.stream);
+  Tensor rstd = Tensor::empty({N}, acc, ctx.device, ctx.stream);
+  kernels::layernorm_forward(out, mean, rstd, in, w.value, b.value, ctx.stream);
+  return out;
+}
+
 Tensor Gpt2Block::forward(Context& ctx, const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const int64_t N = B * T;
@@ -125,13 +137,15 @@ Tensor Gpt2Block::forward(Context& ctx, const Tensor& x) {
   const int64_t HS = C / n_head_;
   x_ = x;
   Tensor x2 = x.reshape({N, C});
-  ln1_ = Tensor::empty({N, C}, dt, dev, s);
+  // The layernorm outputs are not kept: backward recomputes them from their inputs (kept anyway
+  // for the layernorm backward), one memory-bound pass instead of holding C values per token.
+  Tensor ln1 = Tensor::empty({N, C}, dt, dev, s);
   ln1_mean_ = Tensor::empty({N}, acc, dev, s);
   ln1_rstd_ = Tensor::empty({N}, acc, dev, s);
-  kernels::layernorm_forward(ln1_, ln1_mean_, ln1_rstd_, x2, ln1_w_->value, ln1_b_->value, s);
+  kernels::layernorm_forward(ln1, ln1_mean_, ln1_rstd_, x2, ln1_w_->value, ln1_b_->value, s);
   Tensor qkv = Tensor::empty({B, T, 3 * C}, dt, dev, s);
   Tensor qkv2 = qkv.reshape({N, 3 * C});
-  kernels::matmul_forward(qkv2, ln1_, qkv_w_->value, &qkv_b_->value, s);
+  kernels::matmul_forward(qkv2, ln1, qkv_w_->value, &qkv_b_->value, s);
   atty_ = Tensor::empty({B, T, C}, dt, dev, s);
   use_flash_ = want_flash(dev, dt, HS);
   if (use_flash_) {
@@ -149,12 +163,12 @@ Tensor Gpt2Block::forward(Context& ctx, const Tensor& x) {
   kernels::matmul_forward(proj, atty_.reshape({N, C}), proj_w_->value, &proj_b_->value, s);
   res2_ = Tensor::empty({N, C}, dt, dev, s);
   kernels::residual_forward(res2_, x2, proj, s);
-  ln2_ = Tensor::empty({N, C}, dt, dev, s);
+  Tensor ln2 = Tensor::empty({N, C}, dt, dev, s);
   ln2_mean_ = Tensor::empty({N}, acc, dev, s);
   ln2_rstd_ = Tensor::empty({N}, acc, dev, s);
-  kernels::layernorm_forward(ln2_, ln2_mean_, ln2_rstd_, res2_, ln2_w_->value, ln2_b_->value, s);
+  kernels::layernorm_forward(ln2, ln2_mean_, ln2_rstd_, res2_, ln2_w_->value, ln2_b_->value, s);
   fch_ = Tensor::empty({N, 4 * C}, dt, dev, s);
-  kernels::matmul_forward(fch_, ln2_, fc_w_->value, &fc_b_->value, s);
+  kernels::matmul_forward(fch_, ln2, fc_w_->value, &fc_b_->value, s);
   // gelu(fch) is not kept either: backward recomputes it (one cheap elementwise pass) instead of
   // holding 4C values per token per block.
   Tensor fch_gelu = Tensor::empty({N, 4 * C}, dt, dev, s);
@@ -185,7 +199,8 @@ Tensor Gpt2Block::backward(Context& ctx, const Tensor& dout) {
   Tensor dfch = Tensor::empty({N, 4 * C}, dt, dev, s);
   kernels::gelu_backward(dfch, dfch_gelu, fch_, s);
   Tensor dln2 = Tensor::empty({N, C}, dt, dev, s);
-  kernels::matmul_backward(&dln2, fc_w_->grad, &fc_b_->grad, dfch, ln2_, fc_w_->value, s);
+  kernels::matmul_backward(&dln2, fc_w_->grad, &fc_b_->grad, dfch,
+                           recompute_layernorm(ctx, res2_, *ln2_w_, *ln2_b_), fc_w_->value, s);
   Tensor dres2 = Tensor::empty({N, C}, dt, dev, s);
   kernels::layernorm_backward(dres2, ln2_w_->grad, ln2_b_->grad, dln2, res2_, ln2_w_->value,
                               ln2_mean_, ln2_rstd_, &dout2, s);
@@ -201,15 +216,16 @@ Tensor Gpt2Block::backward(Context& ctx, const Tensor& dout) {
     kernels::attention_backward(dqkv, datty, qkvr_, att_, n_head_, s);
   }
   Tensor dln1 = Tensor::empty({N, C}, dt, dev, s);
-  kernels::matmul_backward(&dln1, qkv_w_->grad, &qkv_b_->grad, dqkv.reshape({N, 3 * C}), ln1_,
+  kernels::matmul_backward(&dln1, qkv_w_->grad, &qkv_b_->grad, dqkv.reshape({N, 3 * C}),
+                           recompute_layernorm(ctx, x_.reshape({N, C}), *ln1_w_, *ln1_b_),
                            qkv_w_->value, s);
   Tensor dx = Tensor::empty({B, T, C}, dt, dev, s);
   Tensor dx2 = dx.reshape({N, C});
   kernels::layernorm_backward(dx2, ln1_w_->grad, ln1_b_->grad, dln1, x_.reshape({N, C}),
                               ln1_w_->value, ln1_mean_, ln1_rstd_, &dres2, s);
   // Release saved activations: memory returns to the cache for the next unit.
-  x_ = ln1_ = ln1_mean_ = ln1_rstd_ = qkvr_ = att_ = atty_ = res2_ = qkv_ = lse_ = Tensor();
-  ln2_ = ln2_mean_ = ln2_rstd_ = fch_ = Tensor();
+  x_ = ln1_mean_ = ln1_rstd_ = qkvr_ = att_ = atty_ = res2_ = qkv_ = lse_ = Tensor();
+  ln2_mean_ = ln2_rstd_ = fch_ = Tensor();
   return dx;
 }
 

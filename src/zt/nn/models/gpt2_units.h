@@ -27,15 +27,16 @@ class Gpt2Block : public Unit {
   Tensor backward(Context& ctx, const Tensor& dout) override;
 
  private:
+  static Tensor recompute_layernorm(Context& ctx, const Tensor& in, const Param& w, const Param& b);
   int n_head_;
   Param *ln1_w_, *ln1_b_, *qkv_w_, *qkv_b_, *proj_w_, *proj_b_;
   Param *ln2_w_, *ln2_b_, *fc_w_, *fc_b_, *fcproj_w_, *fcproj_b_;
   // Saved activations.
-  Tensor x_, ln1_, ln1_mean_, ln1_rstd_, qkvr_, att_, atty_, res2_;
+  Tensor x_, ln1_mean_, ln1_rstd_, qkvr_, att_, atty_, res2_;
   // Fused attention (use_flash_): qkv itself and the per-row log-sum-exp instead of qkvr and att.
   bool use_flash_ = false;
   Tensor qkv_, lse_;
-  Tensor ln2_, ln2_mean_, ln2_rstd_, fch_;
+  Tensor ln2_mean_, ln2_rstd_, fch_;
 };
 
 class Gpt2Head : public Unit {
