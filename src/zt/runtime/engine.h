@@ -62,7 +62,9 @@ class Engine {
   Status backward(float loss);
   // Called every micro-batch; at the accumulation boundary it unscales, checks overflow, clips,
   // steps the optimizer and scheduler, zeroes gradients and advances global_steps. A non-ok
-  // Status means training cannot go on (fp16 loss scale at its minimum).
+  // Status means training cannot go on (fp16 loss scale at its minimum). With
+  // zero_optimization.offload_optimizer on a GPU the optimizer runs on the host
+  // (zero/optimizer_offload.h); everything else is the same.
   Status step();
 
   bool is_gradient_accumulation_boundary() const;

@@ -93,7 +93,14 @@ void* host_alloc_pinned(size_t bytes) {
 }
 
 void host_free_pinned(void* ptr) {
-  ZT_CUDA_CHECK(cudaFreeHost(ptr));
+  cudaError_t err = cudaFreeHost(ptr);
+  // A tensor freed during static destruction, after the runtime unloaded: the process is ending
+  // and the memory goes with it.
+  if (err == cudaErrorCudartUnloading) {
+    (void)cudaGetLastError();
+    return;
+  }
+  ZT_CUDA_CHECK(err);
 }
 
 void memset_async(void* dst, size_t bytes, void* stream) {
