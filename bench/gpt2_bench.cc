@@ -4,7 +4,13 @@
 // with the same model, batch, sequence length and precision by scripts/gpu_check.sh.
 //
 //   zt_bench_gpt2 [--model gpt2] [--batch 16] [--seq 1024] [--dtype bf16] [--steps 20] [--warmup 5]
-//                 [--stage N]
+//                 [--stage N] [--offload-optimizer none|cpu] [--pin-memory true|false]
+//
+// --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
+// {device: cpu, pin_memory: --pin-memory, default true}: ZeRO-Offload, the fp32 master weights and
+// Adam state in host memory, stepped by the CPU; the JSON line then also has the median host
+// step (offload_step_ms_median) and its CPU part (offload_cpu_ms_median). Every line has the
+// model-state bytes on the device and in host memory (model_state_bytes_device, _host).
 //
 // Data parallel: under `zt launch --num_gpus N` each rank reads its rank from the environment,
 // trains on cuda:LOCAL_RANK with its own random tokens and --batch as its micro-batch (the
@@ -26,6 +32,7 @@
 #include "zt/comm/env.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
+#include "zt/zero/optimizer_offload.h"
 
 namespace {
 
@@ -38,6 +45,8 @@ struct Args {
   int warmup = 5;
   std::string device = "cuda";
   int stage = -1;  // -1: no zero_optimization block (DeepSpeed's default, stage 0)
+  std::string offload_optimizer = "none";
+  std::string pin_memory = "true";
 };
 
 Args parse(int argc, char** argv) {
@@ -68,12 +77,36 @@ Args parse(int argc, char** argv) {
       a.device = v;
     } else if (k == "--stage") {
       a.stage = std::atoi(v.c_str());
+    } else if (k == "--offload-optimizer") {
+      a.offload_optimizer = v;
+    } else if (k == "--pin-memory") {
+      a.pin_memory = v;
     } else {
       std::fprintf(stderr, "zt_bench_gpt2: unknown option %s\n", k.c_str());
       std::exit(2);
     }
   }
+  if (a.offload_optimizer != "none" && a.offload_optimizer != "cpu") {
+    std::fprintf(stderr, "zt_bench_gpt2: --offload-optimizer is none or cpu, not %s\n",
+                 a.offload_optimizer.c_str());
+    std::exit(2);
+  }
+  if (a.pin_memory != "true" && a.pin_memory != "false") {
+    std::fprintf(stderr, "zt_bench_gpt2: --pin-memory is true or false, not %s\n",
+                 a.pin_memory.c_str());
+    std::exit(2);
+  }
+  if (a.offload_optimizer == "cpu" && a.stage < 1) {
+    std::fprintf(stderr, "zt_bench_gpt2: --offload-optimizer cpu needs --stage 1, 2 or 3\n");
+    std::exit(2);
+  }
   return a;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -101,8 +134,14 @@ int main(int argc, char** argv) {
   std::string precision = a.dtype == "bf16"   ? R"("bf16": {"enabled": true})"
                           : a.dtype == "fp16" ? R"("fp16": {"enabled": true, "loss_scale": 1024})"
                                               : R"("bf16": {"enabled": false})";
-  std::string zero =
-      a.stage < 0 ? "" : fmt::format(R"(, "zero_optimization": {{"stage": {}}})", a.stage);
+  std::string offload_json =
+      a.offload_optimizer == "none"
+          ? ""
+          : fmt::format(R"(, "offload_optimizer": {{"device": "cpu", "pin_memory": {}}})",
+                        a.pin_memory);
+  std::string zero = a.stage < 0 ? ""
+                                 : fmt::format(R"(, "zero_optimization": {{"stage": {}{}}})",
+                                               a.stage, offload_json);
   std::string json = fmt::format(
       R"({{"train_batch_size": {}, "train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
           "optimizer": {{"type": "AdamW", "params": {{"lr": 6e-4, "betas": [0.9, 0.95],
@@ -150,6 +189,8 @@ int main(int argc, char** argv) {
   };
   std::vector<float> ms;
   std::vector<double> losses;
+  std::vector<double> offload_ms, offload_cpu_ms;
+  const zt::zero::OptimizerOffload* offload = e.zero_state().offload();
   zt::Event start(*dev), stop(*dev);
   // ZT_BENCH_MEMORY=1: on the first timed step, rank 0 prints (stderr) the memory allocated after
   // each phase and the peak within it, to see where the peak comes from.
@@ -187,7 +228,13 @@ int main(int argc, char** argv) {
     stop.record(e.stream());
     stop.synchronize();
     losses.push_back(*loss);
-    if (s >= a.warmup) ms.push_back(start.elapsed_ms(stop));
+    if (s >= a.warmup) {
+      ms.push_back(start.elapsed_ms(stop));
+      if (offload != nullptr) {
+        offload_ms.push_back(offload->last_times().total_ms);
+        offload_cpu_ms.push_back(offload->last_times().cpu_ms);
+      }
+    }
   }
   std::vector<float> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
@@ -207,7 +254,17 @@ int main(int argc, char** argv) {
                         {"tokens_per_s", tokens / (median / 1000.0)},
                         {"peak_mem_bytes", zt::allocator_stats(*dev).peak_allocated_bytes},
                         {"first_loss", losses.front()},
-                        {"last_loss", losses.back()}};
+                        {"last_loss", losses.back()},
+                        {"offload_optimizer", a.offload_optimizer}};
+  const zt::zero::ModelStateBytes b = e.model_state_bytes();
+  out["model_state_bytes_device"] = b.total();
+  out["model_state_bytes_host"] = b.host_total();
+  if (offload != nullptr) {
+    out["pin_memory"] = a.pin_memory == "true";
+    out["offload_step_ms_median"] = median_of(offload_ms);
+    out["offload_cpu_ms_median"] = median_of(offload_cpu_ms);
+    out["offload_pieces"] = offload->last_times().pieces;
+  }
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

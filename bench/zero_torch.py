@@ -7,8 +7,15 @@ zt launch): the GPT of bench/gpt2_torch.py trained data-parallel as
                            and again in backward (~ZeRO-3);
   --impl fsdp2-noreshard   the same with reshard_after_forward=False: gathered parameters kept
                            from forward to backward (~ZeRO-2);
+  --impl fsdp2-offload     fsdp2-reshard with CPUOffloadPolicy(pin_memory=True): the sharded fp32
+                           parameters, their gradients and the AdamW state live in pinned host
+                           memory and the optimizer steps on the CPU (the peer of ZeroTrain's
+                           stage 3 + offload_optimizer cpu; FSDP2 also keeps the parameter shards
+                           on the host, as offload_param would, and copies them in per block);
 FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32). Fused AdamW (lr 6e-4,
-betas 0.9/0.95, weight decay 0.1), gradient clipping 1.0, random tokens (a different stream per
+betas 0.9/0.95, weight decay 0.1; with offload the fused CPU kernel, torch.get_num_threads()
+threads: set OMP_NUM_THREADS to the cores per rank, torchrun sets 1 for several ranks), gradient
+clipping 1.0, random tokens (a different stream per
 rank). Warm-up steps, then timed steps between CUDA events; the median (upper middle element,
 as the C++ side takes it). Rank 0 prints one JSON line: tokens_per_s counts every rank's tokens
 (micro-batch * seq * world / step time); peak_mem_bytes is rank 0's
@@ -33,15 +40,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt2_torch import GPT, SIZES  # noqa: E402
 
-IMPLS = ("ddp", "fsdp2-reshard", "fsdp2-noreshard")
+IMPLS = ("ddp", "fsdp2-reshard", "fsdp2-noreshard", "fsdp2-offload")
 
 
 def fsdp2_api():
     try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
     except ImportError:
-        from torch.distributed._composable.fsdp import MixedPrecisionPolicy, fully_shard
-    return fully_shard, MixedPrecisionPolicy
+        from torch.distributed._composable.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy,
+                                                        fully_shard)
+    return fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy
 
 
 def init_distributed(dev):
@@ -55,12 +63,15 @@ def wrap(model, impl, local_rank):
     """The model ready to train and whether its forward needs bf16 autocast."""
     if impl == "ddp":
         return DDP(model, device_ids=[local_rank]), True
-    fully_shard, MixedPrecisionPolicy = fsdp2_api()
+    fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy = fsdp2_api()
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    reshard = impl == "fsdp2-reshard"
+    reshard = impl in ("fsdp2-reshard", "fsdp2-offload")
+    extra = {}
+    if impl == "fsdp2-offload":
+        extra["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     for blk in model.blocks:
-        fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
+        fully_shard(blk, mp_policy=mp, reshard_after_forward=reshard, **extra)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=reshard, **extra)
     return model, False
 
 

@@ -96,9 +96,18 @@ nlohmann::json run_record(const Engine& e, const nn::Gpt2& model, int64_t seq_le
           {"optimizer", optim::optimizer_name(e.optimizer_spec())},
           {"zero_stage", c.zero.stage},
           {"data", data},
+          // The first five on the training device; host_*: what offload_optimizer moved to host
+          // memory (zero::ModelStateBytes).
           {"model_state_bytes",
-           {{"params", b.params}, {"grads", b.grads}, {"master", b.master},
-            {"optimizer", b.optimizer}, {"total", b.total()}}}};
+           {{"params", b.params},
+            {"grads", b.grads},
+            {"master", b.master},
+            {"optimizer", b.optimizer},
+            {"total", b.total()},
+            {"host_master", b.host_master},
+            {"host_optimizer", b.host_optimizer},
+            {"host_buffers", b.host_buffers},
+            {"host_total", b.host_total()}}}};
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <unordered_set>
 
 #include "zt/build_config.h"
 #include "zt/core/assert.h"
@@ -203,6 +204,63 @@ void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, siz
 #else
   no_cuda();
 #endif
+}
+
+void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
+                       const Stream& stream) {
+  if (bytes == 0) return;
+  if (dst_dev.is_cpu() && src_dev.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if ZT_HAVE_CUDA
+  const int kind = src_dev.is_cpu() ? 0 : (dst_dev.is_cpu() ? 1 : 2);
+  cuda::memcpy_async(dst, src, bytes, kind, stream.handle());
+#else
+  no_cuda();
+#endif
+}
+
+namespace {
+
+// Pinned blocks, to tell them from the ordinary blocks memory_allocate_pinned falls back to.
+struct PinnedBlocks {
+  std::mutex mu;
+  std::unordered_set<void*> ptrs;
+};
+PinnedBlocks& pinned_blocks() {
+  static auto* b = new PinnedBlocks();  // never destroyed: tensors may be freed at exit
+  return *b;
+}
+
+}  // namespace
+
+void* memory_allocate_pinned(size_t bytes) {
+#if ZT_HAVE_CUDA
+  if (cuda_device_count() > 0) {
+    void* p = cuda::host_alloc_pinned(bytes);
+    auto& b = pinned_blocks();
+    std::lock_guard<std::mutex> lock(b.mu);
+    b.ptrs.insert(p);
+    return p;
+  }
+#endif
+  return memory_allocate(Device::cpu(), bytes);
+}
+
+void memory_free_pinned(void* ptr, size_t bytes) {
+  if (ptr == nullptr) return;
+#if ZT_HAVE_CUDA
+  {
+    auto& b = pinned_blocks();
+    std::lock_guard<std::mutex> lock(b.mu);
+    if (b.ptrs.erase(ptr) == 1) {
+      cuda::host_free_pinned(ptr);
+      return;
+    }
+  }
+#endif
+  memory_free(Device::cpu(), ptr, bytes);
 }
 
 void memory_zero(void* dst, Device d, size_t bytes, const Stream& stream) {

@@ -78,6 +78,13 @@ class GpuOutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Thrown when page-locked host memory cannot be had (cudaHostAlloc failed: not enough RAM, or the
+// locked-memory limit). The message names the size and what to do.
+class HostOutOfMemory : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Raw memory. Device memory comes from the caching allocator: freed blocks are reused for later
 // requests of the stream they were freed on, so a training step after the first makes no
 // cudaMalloc/cudaFree calls. CPU memory is 64-byte aligned.
@@ -85,7 +92,20 @@ void* memory_allocate(Device d, size_t bytes, const Stream& stream = {});
 void memory_free(Device d, void* ptr, size_t bytes);
 void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
                  const Stream& stream = {});
+// Enqueues the copy on `stream` and returns at once (memory_copy above waits for copies that touch
+// host memory). The host side must stay untouched until the stream reaches the copy (wait on an
+// Event recorded after it). Truly asynchronous only with page-locked host memory; with ordinary
+// host memory CUDA stages the transfer and returns later, which is still correct. Host-to-host
+// (and every copy on the CPU) is a plain memcpy.
+void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
+                       const Stream& stream);
 void memory_zero(void* dst, Device d, size_t bytes, const Stream& stream = {});
+// Page-locked (pinned) host memory, which the GPU reads and writes by DMA, so copies to and from
+// it overlap with host work. Ordinary 64-byte aligned host memory in a build without CUDA or on a
+// machine without a GPU (nothing could copy to it asynchronously there anyway). Not counted in
+// allocator_stats.
+void* memory_allocate_pinned(size_t bytes);
+void memory_free_pinned(void* ptr, size_t bytes);
 void device_synchronize(Device d);
 
 struct AllocatorStats {

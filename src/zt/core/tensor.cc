@@ -43,8 +43,14 @@ struct Tensor::Storage {
   size_t nbytes = 0;
   Device device;
   bool owned = false;
+  bool pinned = false;  // from memory_allocate_pinned
   ~Storage() {
-    if (owned) memory_free(device, ptr, nbytes);
+    if (!owned) return;
+    if (pinned) {
+      memory_free_pinned(ptr, nbytes);
+    } else {
+      memory_free(device, ptr, nbytes);
+    }
   }
 };
 
@@ -58,6 +64,19 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, const Strea
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.device_ = device;
+  return t;
+}
+
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.storage_ = std::make_shared<Storage>();
+  t.storage_->nbytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  t.storage_->device = Device::cpu();
+  t.storage_->ptr = memory_allocate_pinned(t.storage_->nbytes);
+  t.storage_->owned = true;
+  t.storage_->pinned = true;
+  t.shape_ = shape;
+  t.dtype_ = dtype;
   return t;
 }
 

@@ -46,6 +46,9 @@ class Tensor {
                       const Stream& stream = {});
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu(),
                       const Stream& stream = {});
+  // A host tensor in page-locked memory (core/device.h memory_allocate_pinned), for buffers the
+  // GPU copies to and from asynchronously. Its device is the CPU; everything else is as empty().
+  static Tensor empty_pinned(const Shape& shape, DType dtype);
   // Non-owning tensor over memory the caller keeps alive.
   static Tensor from_blob(void* data, const Shape& shape, DType dtype, Device device);
   // Host values converted to `dtype` and placed on `device` (tests, small constants).

@@ -23,7 +23,13 @@ std::string optimizer_name(const OptimizerSpec& spec) {
 
 void Optimizer::step(const StepValues& v, std::span<const kernels::OptimChunk> chunks,
                      Device device, const Stream& s) {
-  ++steps_;
+  begin_step();
+  apply(v, chunks, device, s);
+}
+
+void Optimizer::apply(const StepValues& v, std::span<const kernels::OptimChunk> chunks,
+                      Device device, const Stream& s) const {
+  ZT_ASSERT(steps_ >= 1, "Optimizer::apply before begin_step");
   switch (spec_.kind) {
     case OptimizerKind::kAdam: {
       kernels::AdamArgs a{.lr = static_cast<float>(v.lr),

@@ -48,6 +48,11 @@ class Optimizer {
   // tensor (its trust ratio is per tensor); Adam and SGD take any split.
   void step(const StepValues& v, std::span<const kernels::OptimChunk> chunks, Device device,
             const Stream& s);
+  // The same step in parts (ZeRO-Offload steps its chunks piece by piece as their gradients
+  // arrive on the host): begin_step() once, then apply() on every chunk exactly once.
+  void begin_step() { ++steps_; }
+  void apply(const StepValues& v, std::span<const kernels::OptimChunk> chunks, Device device,
+             const Stream& s) const;
 
  private:
   OptimizerSpec spec_;

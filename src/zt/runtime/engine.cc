@@ -4,6 +4,7 @@
 
 #include "zt/core/log.h"
 #include "zt/runtime/py_format.h"
+#include "zt/zero/optimizer_offload.h"
 
 namespace zt {
 
@@ -33,6 +34,60 @@ optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config) {
   spec.min_coeff = o.min_coeff;
   return spec;
 }
+
+namespace {
+
+// Where offload_optimizer puts the master weights and optimizer state on this device
+// (DeepSpeed: stages 1-3 only, and stages 1-2 treat any device other than "none" as the CPU).
+zero::OptimizerPlacement optimizer_placement(const ZeroConfig& z, Device device) {
+  const OffloadConfig& o = z.offload_optimizer;
+  if (!o.enabled() || z.stage == 0 || device.is_cpu()) return zero::OptimizerPlacement::kDevice;
+  return o.pin_memory ? zero::OptimizerPlacement::kHostPinned
+                      : zero::OptimizerPlacement::kHostPageable;
+}
+
+// Refuses what offload cannot do and says what it will do with the rest.
+Status offload_check(const DeepSpeedConfig& config, Device device) {
+  const ZeroConfig& z = config.zero;
+  const OffloadConfig& o = z.offload_optimizer;
+  if (o.enabled() && z.stage == 3 && o.device == "nvme") {
+    return invalid_argument(
+        "zero_optimization.offload_optimizer.device is \"nvme\" (ZeRO-Infinity, nvme_path {}): "
+        "NVMe offload is not implemented in ZeroTrain yet; use \"device\": \"cpu\" to keep "
+        "the optimizer state in host memory",
+        o.nvme_path);
+  }
+  if (o.enabled() && z.stage >= 1) {
+    if (device.is_cpu()) {
+      ZT_LOG_INFO(
+          "zero_optimization.offload_optimizer.device={}: on a CPU engine the optimizer "
+          "state is already in host memory; nothing to move",
+          o.device);
+    } else {
+      if (o.device == "nvme") {
+        ZT_LOG_INFO(
+            "zero_optimization.offload_optimizer.device=nvme at stage {}: stages 1 and "
+            "2 offload to the CPU, as DeepSpeed does",
+            z.stage);
+      }
+      if (o.ratio < 1.0) {
+        ZT_LOG_WARN(
+            "zero_optimization.offload_optimizer.ratio={}: partial offload is not "
+            "implemented; all of the optimizer state goes to host memory",
+            py_float(o.ratio));
+      }
+    }
+  }
+  if (z.offload_param.enabled() && z.stage == 3) {
+    ZT_LOG_WARN(
+        "zero_optimization.offload_param.device={}: parameter offload is not "
+        "implemented yet; parameters stay on {}",
+        z.offload_param.device, device.str());
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConfig& config,
                                            const EngineOptions& options) {
@@ -67,14 +122,7 @@ Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConf
     ZT_LOG_WARN("ds_config has no \"optimizer\" block: using AdamW with DeepSpeed's defaults "
                 "(lr 1e-3, betas [0.9, 0.999], eps 1e-8, weight_decay 0)");
   }
-  for (const char* key : {"offload_optimizer", "offload_param"}) {
-    const OffloadConfig& o = std::string(key) == "offload_param" ? config.zero.offload_param
-                                                                  : config.zero.offload_optimizer;
-    if (o.enabled()) {
-      ZT_LOG_WARN("zero_optimization.{}.device={}: offload is not implemented yet; state stays "
-                  "on {}", key, o.device, options.device.str());
-    }
-  }
+  ZT_RETURN_IF_ERROR(offload_check(config, options.device));
   std::unique_ptr<LrScheduler> scheduler;
   if (config.scheduler.present) {
     optim::OptimizerSpec spec = optimizer_spec_from_config(config);
@@ -117,19 +165,32 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
                        .prefetch_elements = z.stage3_prefetch_bucket_size,
                        .max_live_elements = z.stage3_max_live_parameters,
                        .predivide_factor = config.gradient_predivide_factor,
-                       .prescale = config.prescale_gradients};
+                       .prescale = config.prescale_gradients,
+                       .optimizer_placement = optimizer_placement(z, dev),
+                       .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
+                                                  ? zero::OffloadGranularity::kParamTensors
+                                                  : zero::OffloadGranularity::kPieces,
+                       .offload_piece_elements = options.offload_piece_elements};
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
   zero::ModelStateBytes b = zero_->state_bytes();
   if (comm_->rank() == 0) {
-    ZT_LOG_INFO("engine: {} ({} parameters) on {} x {} ({}), {} compute, {}, ZeRO stage {}; "
-                "model-state bytes per rank: params {} grads {} master {} optimizer {} "
-                "(total {:.1f} MiB)",
-                model.name(), model.num_params(), comm_->world_size(), dev.str(),
-                comm_->backend_name(), dtype_name(round_dtype_),
-                optim::optimizer_name(optimizer_.spec()), z.stage, b.params, b.grads, b.master,
-                b.optimizer, b.total() / 1048576.0);
+    std::string host;
+    if (zero_->offloaded()) {
+      host = fmt::format(
+          "; offloaded to {} host memory: master {} optimizer {} staging {} "
+          "(total {:.1f} MiB)",
+          zo.optimizer_placement == zero::OptimizerPlacement::kHostPinned ? "pinned" : "pageable",
+          b.host_master, b.host_optimizer, b.host_buffers, b.host_total() / 1048576.0);
+    }
+    ZT_LOG_INFO(
+        "engine: {} ({} parameters) on {} x {} ({}), {} compute, {}, ZeRO stage {}; "
+        "model-state bytes per rank on {}: params {} grads {} master {} optimizer {} "
+        "(total {:.1f} MiB){}",
+        model.name(), model.num_params(), comm_->world_size(), dev.str(), comm_->backend_name(),
+        dtype_name(round_dtype_), optim::optimizer_name(optimizer_.spec()), z.stage, dev.str(),
+        b.params, b.grads, b.master, b.optimizer, b.total() / 1048576.0, host);
   }
 }
 
@@ -279,6 +340,14 @@ Status Engine::apply_step(StepStats& stats) {
   }
   v.grad_scale = static_cast<float>(1.0 / combined);
 
+  if (zero::OptimizerOffload* offload = zero_->offload()) {
+    // ZeRO-Offload: the same step values, applied by the CPU kernels to the host master weights;
+    // the pipeline writes the compute copy's own chunks back to the device.
+    offload->step(optimizer_, v);
+    ZT_RETURN_IF_ERROR(zero_->publish_params(/*lowp_written=*/true));
+    return finish_step(stats);
+  }
+
   const bool write_lowp = dev.is_cuda() && ctx_.compute_dtype != DType::f32;
   std::vector<kernels::OptimChunk> chunks;
   // A chunk of `n` elements starting `offset` elements into unit u's optimizer extent.
@@ -307,10 +376,14 @@ Status Engine::apply_step(StepStats& stats) {
   }
   optimizer_.step(v, chunks, dev, s);
   ZT_RETURN_IF_ERROR(zero_->publish_params(write_lowp));
+  return finish_step(stats);
+}
+
+Status Engine::finish_step(StepStats& stats) {
   zero_->zero_grads();
   if (scheduler_) scheduler_->step();
   ++global_steps_;
-  global_samples_ += tb;
+  global_samples_ += config_.train_batch_size;
   stats.step = global_steps_;
   stats.samples = global_samples_;
   return Status::ok();

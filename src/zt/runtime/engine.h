@@ -30,6 +30,9 @@ struct EngineOptions {
   // The data-parallel group; null: this process trains alone (a single-process communicator).
   // Not owned: it must outlive the engine.
   Communicator* comm = nullptr;
+  // ZeRO-Offload: the host steps the own chunks in pieces of at most this many elements, each
+  // copied while the previous one is stepped (zero/optimizer_offload.h). Tests make it small.
+  int64_t offload_piece_elements = int64_t{1} << 23;
 };
 
 // What happened at the last optimizer step (the boundary micro-batch).
@@ -59,7 +62,9 @@ class Engine {
   Status backward(float loss);
   // Called every micro-batch; at the accumulation boundary it unscales, checks overflow, clips,
   // steps the optimizer and scheduler, zeroes gradients and advances global_steps. A non-ok
-  // Status means training cannot go on (fp16 loss scale at its minimum).
+  // Status means training cannot go on (fp16 loss scale at its minimum). With
+  // zero_optimization.offload_optimizer on a GPU the optimizer runs on the host
+  // (zero/optimizer_offload.h); everything else is the same.
   Status step();
 
   bool is_gradient_accumulation_boundary() const;
@@ -91,6 +96,8 @@ class Engine {
 
  private:
   Status apply_step(StepStats& stats);
+  // After the optimizer: zero gradients, step the scheduler, advance the counters.
+  Status finish_step(StepStats& stats);
   void report_progress() const;
 
   nn::Model& model_;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "zt/kernels/ops.h"
+#include "zt/zero/optimizer_offload.h"
 
 namespace zt::zero {
 namespace {
@@ -71,6 +72,15 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
   const int64_t align = kShardAlignElems * W;
   const DType acc = kernels::accum_dtype(options.compute_dtype);
   const int stage = options.stage;
+  ZT_ASSERT(!offloaded() || stage >= 1, "offload_optimizer needs ZeRO stage 1-3, not {}", stage);
+  // Offloaded state: a fresh host tensor, page-locked when asked (the GPU copies to and from it).
+  auto host_buffer = [&](const Shape& shape) {
+    Tensor t = options.optimizer_placement == OptimizerPlacement::kHostPinned
+                   ? Tensor::empty_pinned(shape, DType::f32)
+                   : Tensor::empty(shape, DType::f32, Device::cpu());
+    t.zero();
+    return t;
+  };
   for (auto& unit : model.units()) {
     UnitState u;
     u.numel = unit->flat_numel();
@@ -92,17 +102,22 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     if (master_shared()) {
       u.master = stage == 0 ? u.value
                             : (u.persistent ? u.value.view(u.shard_offset, {u.shard}) : u.value_shard);
+    } else if (offloaded()) {
+      u.master = host_buffer({u.shard});
+      u.master.copy_from(host.view(u.shard_offset, {u.shard}));
     } else {
       u.master = (stage == 0 ? full : own).clone(s);
     }
     for (int i = 0; i < options.optimizer_states; ++i) {
-      u.state.push_back(Tensor::zeros(u.master.shape(), DType::f32, dev, s));
+      u.state.push_back(offloaded() ? host_buffer(u.master.shape())
+                                    : Tensor::zeros(u.master.shape(), DType::f32, dev, s));
     }
     if (stage <= 1) u.grad = Tensor::zeros({u.padded}, acc, dev, s);
     if (stage >= 1) u.grad_shard = Tensor::zeros({u.shard}, DType::f32, dev, s);
     unit->bind(u.value, u.grad);
     units_.push_back(std::move(u));
   }
+  if (offloaded()) offload_ = std::make_unique<OptimizerOffload>(*this, model);
   options_.stream.synchronize();
 }
 
@@ -124,9 +139,13 @@ ModelStateBytes ZeroState::state_bytes() const {
     b.params += static_cast<int64_t>(u.persistent ? u.value.nbytes() : u.value_shard.nbytes());
     if (options_.stage <= 1) b.grads += static_cast<int64_t>(u.grad.nbytes());
     if (options_.stage >= 1) b.grads += static_cast<int64_t>(u.grad_shard.nbytes());
-    if (!master_shared()) b.master += static_cast<int64_t>(u.master.nbytes());
-    for (const auto& t : u.state) b.optimizer += static_cast<int64_t>(t.nbytes());
+    int64_t master = master_shared() ? 0 : static_cast<int64_t>(u.master.nbytes());
+    int64_t state = 0;
+    for (const auto& t : u.state) state += static_cast<int64_t>(t.nbytes());
+    (offloaded() ? b.host_master : b.master) += master;
+    (offloaded() ? b.host_optimizer : b.optimizer) += state;
   }
+  if (offload_) b.host_buffers = offload_->staging_bytes();
   return b;
 }
 
@@ -261,7 +280,10 @@ Result<std::vector<Tensor>> ZeroState::gather_master() {
       continue;
     }
     Tensor full = Tensor::empty({st.padded}, DType::f32, options_.device, options_.stream);
-    Tensor send = st.master.clone(options_.stream);
+    // The communicator works on the training device; offloaded masters are on the host.
+    Tensor send = st.master.device() == options_.device
+                      ? st.master.clone(options_.stream)
+                      : st.master.to(options_.device, options_.stream);
     ZT_RETURN_IF_ERROR(options_.comm->all_gather(full, send, options_.stream).wait());
     out.push_back(full.to(Device::cpu(), options_.stream));
   }

@@ -18,10 +18,15 @@
 // ZeroState implements nn::UnitHooks: the model calls it around every unit. Collectives run on
 // the engine's compute stream (NCCL: ordered with the kernels, waited once per step) or Gloo's
 // worker thread (CPU: overlapped, at most two in flight).
+//
+// ZeRO-Offload (offload_optimizer, stages 1-3): the master weights and optimizer state of the own
+// chunks live in host memory instead (OptimizerPlacement), and OptimizerOffload
+// (zero/optimizer_offload.h) steps them there; the compute copy and gradients stay on the device.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "zt/comm/communicator.h"
@@ -31,6 +36,20 @@
 namespace zt::zero {
 
 constexpr int64_t kShardAlignElems = 64;
+
+class OptimizerOffload;
+
+// Where the fp32 master weights and the optimizer state of the own chunks live.
+enum class OptimizerPlacement : unsigned char {
+  kDevice,        // on the training device (no offload; every CPU engine)
+  kHostPinned,    // offload_optimizer, pin_memory true: page-locked host memory
+  kHostPageable,  // offload_optimizer, pin_memory false: ordinary host memory
+};
+
+// How the offloaded host step cuts the own chunks: pieces of at most offload_piece_elements
+// (Adam, SGD: elementwise, any split gives the same result), or whole parameter tensors (Lamb's
+// trust ratio needs them; possible only where the own chunk holds whole tensors, one rank).
+enum class OffloadGranularity : unsigned char { kPieces, kParamTensors };
 
 struct ZeroOptions {
   Device device = Device::cpu();
@@ -45,6 +64,12 @@ struct ZeroOptions {
   int64_t max_live_elements = 1000000000;  // stage 3: gathered elements at most
   double predivide_factor = 1.0;           // gradient_predivide_factor
   bool prescale = false;                   // prescale_gradients
+  // Offload (stages 1-3). The engine asks for a host placement only on a CUDA device; on the CPU
+  // the host is the device, and the placement only routes the step through OptimizerOffload
+  // (which tests use to check the pipeline without a GPU).
+  OptimizerPlacement optimizer_placement = OptimizerPlacement::kDevice;
+  OffloadGranularity offload_granularity = OffloadGranularity::kPieces;
+  int64_t offload_piece_elements = int64_t{1} << 23;  // 32 MiB of f32 gradient per copy
 };
 
 struct UnitState {
@@ -59,18 +84,25 @@ struct UnitState {
   Tensor grad_shard;         // stages 1-3: own chunk of the reduced, averaged gradient (f32)
   Tensor master;             // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
   std::vector<Tensor> state;  // optimizer state, same extent as master
+  // (master and state are in host memory when offloaded: ZeroOptions::optimizer_placement)
   int gather_refs = 0;
   CommHandle pending_gather;
   bool gather_in_flight = false;
 };
 
-// Bytes of model state this rank holds at rest, by kind (what each ZeRO stage saves).
+// Bytes of model state this rank holds at rest, by kind (what each ZeRO stage saves) and by
+// place: the first four are on the training device (a GPU, or the host for a CPU engine); the
+// host_* fields are what offload_optimizer moved off a GPU into host memory (0 without offload).
 struct ModelStateBytes {
   int64_t params = 0;
   int64_t grads = 0;
   int64_t master = 0;
   int64_t optimizer = 0;
+  int64_t host_master = 0;     // fp32 master weights of the own chunks
+  int64_t host_optimizer = 0;  // optimizer state of the own chunks
+  int64_t host_buffers = 0;    // the offload pipeline's page-locked staging buffers
   int64_t total() const { return params + grads + master + optimizer; }
+  int64_t host_total() const { return host_master + host_optimizer + host_buffers; }
 };
 
 class ZeroState : public nn::UnitHooks {
@@ -85,8 +117,15 @@ class ZeroState : public nn::UnitHooks {
   int rank() const { return options_.comm->rank(); }
   int world_size() const { return options_.comm->world_size(); }
   ModelStateBytes state_bytes() const;
-  // Whether the master weights alias the compute copy (fp32 training).
-  bool master_shared() const { return options_.round_dtype == DType::f32 && options_.compute_dtype == DType::f32; }
+  // Whether the master weights and optimizer state live in host memory (offload_optimizer).
+  bool offloaded() const { return options_.optimizer_placement != OptimizerPlacement::kDevice; }
+  // Whether the master weights alias the compute copy (fp32 training without offload).
+  bool master_shared() const {
+    return !offloaded() && options_.round_dtype == DType::f32 &&
+           options_.compute_dtype == DType::f32;
+  }
+  // The host step of offload_optimizer; null without offload.
+  OptimizerOffload* offload() { return offload_.get(); }
 
   // Set before each backward: whether this micro-step reduces gradients (stages 0-1: only at
   // the accumulation boundary; stages 2-3: always).
@@ -143,6 +182,7 @@ class ZeroState : public nn::UnitHooks {
   std::vector<CommHandle> stream_handles_;  // GPU: stream-ordered operations, waited per pass
   int64_t live_elements_ = 0;
   Status hook_status_;
+  std::unique_ptr<OptimizerOffload> offload_;
 };
 
 // Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params.

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "zt/core/cuda/cuda_check.h"
+#include "zt/core/log.h"
 
 namespace zt::cuda {
 
@@ -70,6 +71,36 @@ void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stre
   static constexpr cudaMemcpyKind kKinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
                                               cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
   ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kKinds[kind], static_cast<cudaStream_t>(stream)));
+}
+
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  // Portable: every device (and every stream) can copy to and from it by DMA.
+  cudaError_t err = cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (err == cudaErrorMemoryAllocation) {
+      throw HostOutOfMemory(fmt::format(
+          "out of page-locked host memory allocating {:.1f} MiB (cudaHostAlloc): the machine "
+          "has too little free RAM, or the locked-memory limit (ulimit -l) is too low; set "
+          "zero_optimization.offload_optimizer.pin_memory to false, or train with more host "
+          "memory per rank",
+          bytes / 1048576.0));
+    }
+    ::zt::detail::assert_fail(__FILE__, __LINE__, "cudaHostAlloc", cudaGetErrorString(err));
+  }
+  return p;
+}
+
+void host_free_pinned(void* ptr) {
+  cudaError_t err = cudaFreeHost(ptr);
+  // A tensor freed during static destruction, after the runtime unloaded: the process is ending
+  // and the memory goes with it.
+  if (err == cudaErrorCudartUnloading) {
+    (void)cudaGetLastError();
+    return;
+  }
+  ZT_CUDA_CHECK(err);
 }
 
 void memset_async(void* dst, size_t bytes, void* stream) {

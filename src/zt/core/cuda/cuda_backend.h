@@ -29,6 +29,9 @@ void cache_empty(int device);
 
 // kind: 0 host->device, 1 device->host, 2 device->device, 3 host->host.
 void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);
+// Page-locked host memory (cudaHostAlloc, portable); throws HostOutOfMemory when CUDA refuses.
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* ptr);
 void memset_async(void* dst, size_t bytes, void* stream);
 void device_synchronize(int device);
 

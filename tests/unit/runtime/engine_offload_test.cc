@@ -1,0 +1,116 @@
+// zero_optimization.offload_optimizer through the config and the engine on the CPU: the config
+// path accepts it (also as the deprecated cpu_offload), a CPU engine trains exactly as without it
+// (its optimizer state is in host memory already; the oracle is the run without the key), and
+// NVMe at stage 3 is refused at initialize with an error that says what to use instead. The GPU
+// side (state really moved, same training) is tests/gpu/engine_offload_test.cc.
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "zt/nn/models/gpt2.h"
+#include "zt/runtime/engine.h"
+
+namespace zt {
+namespace {
+
+nn::Gpt2Config tiny_config() {
+  return {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .padded_vocab_size = 64,
+          .max_seq_len = 8};
+}
+
+std::string config_json(int stage, const std::string& offload) {
+  return R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}},
+      "zero_optimization": {"stage": )" +
+         std::to_string(stage) + offload + "}}";
+}
+
+struct Trained {
+  std::vector<double> losses;
+  std::vector<double> master;
+  zero::ModelStateBytes bytes;
+};
+
+Trained train(const std::string& json) {
+  Trained out;
+  auto cfg = config_parse(json, "test", 1);
+  EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
+  if (!cfg.is_ok()) return out;
+  nn::Gpt2 model(tiny_config());
+  auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 5});
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  if (!e.is_ok()) return out;
+  out.bytes = (*e)->model_state_bytes();
+  for (int s = 0; s < 6; ++s) {  // 3 optimizer steps of 2 micro-batches
+    Tensor tok = testing::random_ints({2, 8}, 23, 300 + s);
+    Tensor tgt = testing::random_ints({2, 8}, 23, 400 + s);
+    auto loss = (*e)->forward(tok, tgt);
+    EXPECT_TRUE(loss.is_ok());
+    EXPECT_TRUE((*e)->backward(*loss).is_ok());
+    EXPECT_TRUE((*e)->step().is_ok());
+    out.losses.push_back(*loss);
+  }
+  auto full = (*e)->gather_master();
+  EXPECT_TRUE(full.is_ok());
+  for (auto& t : *full) {
+    auto v = t.to_doubles();
+    out.master.insert(out.master.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+TEST(EngineOffload, CpuEngineTrainsExactlyAsWithoutOffload) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE(stage);
+    Trained plain = train(config_json(stage, ""));
+    ::testing::internal::CaptureStderr();
+    Trained off = train(config_json(
+        stage, R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})"));
+    std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(log.find("optimizer state is already in host memory"), std::string::npos) << log;
+    EXPECT_EQ(log.find("not implemented"), std::string::npos) << log;
+    ASSERT_EQ(plain.losses.size(), 6u);
+    EXPECT_EQ(off.losses, plain.losses);
+    EXPECT_EQ(off.master, plain.master);
+    EXPECT_EQ(off.bytes.total(), plain.bytes.total());
+    EXPECT_EQ(off.bytes.host_total(), 0);
+  }
+}
+
+TEST(EngineOffload, DeprecatedCpuOffloadKeyIsAccepted) {
+  auto cfg = config_parse(config_json(2, R"(, "cpu_offload": true)"), "test", 1);
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->zero.offload_optimizer.device, "cpu");
+  nn::Gpt2 model(tiny_config());
+  EXPECT_TRUE(initialize(model, *cfg, {.device = Device::cpu()}).is_ok());
+}
+
+TEST(EngineOffload, NvmeAtStage3IsRefusedWithWhatToDo) {
+  auto cfg = config_parse(
+      config_json(3, R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"})"),
+      "test", 1);
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  nn::Gpt2 model(tiny_config());
+  auto e = initialize(model, *cfg, {.device = Device::cpu()});
+  ASSERT_FALSE(e.is_ok());
+  const std::string& msg = e.status().message();
+  EXPECT_NE(msg.find("zero_optimization.offload_optimizer.device"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NVMe offload is not implemented"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(R"(use "device": "cpu")"), std::string::npos) << msg;
+}
+
+TEST(EngineOffload, NvmeAtStages1And2MeansCpuAsInDeepSpeed) {
+  for (int stage : {1, 2}) {
+    auto cfg = config_parse(
+        config_json(stage,
+                    R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"})"),
+        "test", 1);
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+    nn::Gpt2 model(tiny_config());
+    auto e = initialize(model, *cfg, {.device = Device::cpu()});
+    EXPECT_TRUE(e.is_ok()) << e.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace zt
