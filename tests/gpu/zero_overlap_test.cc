@@ -59,9 +59,9 @@ Result train(Device device, int stage, const std::string& zero_extra) {
 
 TEST(GpuZeroOverlap, BucketsOnTheCommStreamGiveTheSerialRunAndTheCpu) {
   ZT_SKIP_WITHOUT_CUDA();
-  // Blocks of this model have ~50k elements: 70000 makes the head share a bucket with the last
-  // block, then blocks pair with the embedding; 1000 makes every unit but the head larger than
-  // the bucket.
+  // Units in backward order: head (128 elements), 3 blocks (~50k each), embedding (10240).
+  // 70000 gives the buckets [head, block 2], [block 1], [block 0, embedding]; 1000 makes every
+  // unit but the head larger than the bucket; 5e8 (the default) is one bucket for all.
   for (int stage = 0; stage <= 3; ++stage) {
     Result cpu = train(Device::cpu(), stage, "");
     Result serial =
