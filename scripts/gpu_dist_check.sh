@@ -6,7 +6,11 @@
 #       fp32, SGD with momentum (linear in the gradients, so only summation order differs; see
 #       tests/dist/zero_equivalence.py), 10 steps; every step's loss within 1e-4 relative and the
 #       final parameters within 1e-4 in relative norm (looser than the CPU test's 1e-5: cuBLAS may
-#       pick another fp32 algorithm for the halved per-GPU batch);
+#       pick another fp32 algorithm for the halved per-GPU batch). Two configs per stage: "unit"
+#       (reduce_bucket_size 50000: every unit reduced alone; overlap_comm unset, so on at stage 3
+#       only) and "bucket" (vocabulary 4000 and reduce_bucket_size 420000: the head and two blocks
+#       share a bucket, two blocks another, the embedding is larger than the bucket; overlap_comm
+#       on: reductions and stage-3 gathers on the communication stream);
 #   (c) collective bus bandwidth, ZeroTrain (bench/comm_bench.cc) next to torch.distributed
 #       (bench/comm_torch.py), bf16, 1 MiB .. 1 GiB;
 #   (d) ZeRO training throughput: ZeroTrain stages 0-3 (bench/gpt2_bench.cc --stage N) next to
@@ -62,29 +66,38 @@ if [[ $parts == *a* ]]; then
 fi
 
 if [[ $parts == *b* ]]; then
-  echo "== (b) ZeRO stages 0-3 on 2 GPUs vs 1 GPU: gpt2-tiny, fp32 SGD, 10 steps, global batch 16"
+  echo "== (b) ZeRO stages 0-3 on 2 GPUs vs 1 GPU: gpt2-tiny, fp32 SGD, 10 steps, global batch" \
+    "16, each unit alone and in shared buckets with overlap_comm"
   eq=$out/equivalence
   mkdir -p "$eq"
   b_rc=0
   for stage in 0 1 2 3; do
-    cat >"$eq/stage$stage.json" <<EOF
+    for kind in unit bucket; do
+      case $kind in
+        unit) zero_extra='"reduce_bucket_size": 50000' extra=() ;;
+        bucket) zero_extra='"reduce_bucket_size": 420000, "overlap_comm": true'
+                extra=(--vocab-size 4000) ;;
+      esac
+      c=${kind}_s$stage
+      cat >"$eq/$c.json" <<EOF
 {"train_batch_size": 16, "gradient_clipping": 1.0, "zero_allow_untested_optimizer": true,
  "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}},
- "zero_optimization": {"stage": $stage, "reduce_bucket_size": 50000,
+ "zero_optimization": {"stage": $stage, $zero_extra,
                        "stage3_param_persistence_threshold": 5000}}
 EOF
-    train=(train --config "$eq/stage$stage.json" --model gpt2-tiny --steps 10 --seq-len 64
-           --sample-tokens 0 --order sequential)
-    # The single-GPU run goes first: it also prepares the default corpus, which the two ranks
-    # would otherwise both write at once.
-    CUDA_VISIBLE_DEVICES=0 timeout -k 15 180 "$bin"/zt "${train[@]}" \
-      --metrics-out "$eq/w1_s$stage.jsonl" --dump-params "$eq/w1_s$stage.bin" \
-      >"$eq/w1_s$stage.log" 2>&1 ||
-      { b_rc=1; echo "stage $stage 1-GPU run failed:"; tail -3 "$eq/w1_s$stage.log"; }
-    zt_launch 180 "$bin"/zt "${train[@]}" \
-      --metrics-out "$eq/w2_s$stage.jsonl" --dump-params "$eq/w2_s$stage.bin" \
-      >"$eq/w2_s$stage.log" 2>&1 ||
-      { b_rc=1; echo "stage $stage 2-GPU run failed:"; tail -3 "$eq/w2_s$stage.log"; }
+      train=(train --config "$eq/$c.json" --model gpt2-tiny --steps 10 --seq-len 64
+             --sample-tokens 0 --order sequential "${extra[@]}")
+      # The single-GPU run goes first: it also prepares the default corpus, which the two ranks
+      # would otherwise both write at once.
+      CUDA_VISIBLE_DEVICES=0 timeout -k 15 180 "$bin"/zt "${train[@]}" \
+        --metrics-out "$eq/w1_$c.jsonl" --dump-params "$eq/w1_$c.bin" \
+        >"$eq/w1_$c.log" 2>&1 ||
+        { b_rc=1; echo "$c 1-GPU run failed:"; tail -3 "$eq/w1_$c.log"; }
+      zt_launch 180 "$bin"/zt "${train[@]}" \
+        --metrics-out "$eq/w2_$c.jsonl" --dump-params "$eq/w2_$c.bin" \
+        >"$eq/w2_$c.log" 2>&1 ||
+        { b_rc=1; echo "$c 2-GPU run failed:"; tail -3 "$eq/w2_$c.log"; }
+    done
   done
   python3 - "$eq" <<'PY' || b_rc=1
 # Compares each stage's 2-GPU run with the 1-GPU run: losses every step, final parameters.
@@ -96,10 +109,10 @@ def floats(path):
     a = array.array("f")
     a.frombytes(open(path, "rb").read())
     return a
-for s in range(4):
+for s in [f"{kind}_s{stage}" for stage in range(4) for kind in ("unit", "bucket")]:
     try:
-        ref, got = steps(f"{eq}/w1_s{s}.jsonl"), steps(f"{eq}/w2_s{s}.jsonl")
-        pr, pg = floats(f"{eq}/w1_s{s}.bin"), floats(f"{eq}/w2_s{s}.bin")
+        ref, got = steps(f"{eq}/w1_{s}.jsonl"), steps(f"{eq}/w2_{s}.jsonl")
+        pr, pg = floats(f"{eq}/w1_{s}.bin"), floats(f"{eq}/w2_{s}.bin")
         loss = max(abs(g["loss"] - r["loss"]) / abs(r["loss"]) for g, r in zip(got, ref))
         diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(pg, pr)))
         pnorm = diff / math.sqrt(sum(y * y for y in pr))
@@ -109,7 +122,7 @@ for s in range(4):
         ok, detail = False, f"no result ({e})"
     ok_all &= ok
     summary[s] = {"ok": ok, "detail": detail}
-    print(f"stage {s}: {'ok' if ok else 'FAIL'}: {detail}")
+    print(f"{s}: {'ok' if ok else 'FAIL'}: {detail}")
 json.dump(summary, open(f"{eq}/summary.json", "w"))
 sys.exit(0 if ok_all else 1)
 PY
@@ -175,7 +188,7 @@ print(f"(a) NCCL tests: {tests} (exit {a_rc})")
 try:
     eq = json.load(open(f"{out}/equivalence/summary.json"))
     print("(b) 2 GPUs vs 1 GPU: " + ", ".join(
-        f"stage {s} {'ok' if v['ok'] else 'FAIL'}" for s, v in eq.items()) + f" (exit {b_rc})")
+        f"{s} {'ok' if v['ok'] else 'FAIL'}" for s, v in eq.items()) + f" (exit {b_rc})")
 except Exception:
     print(f"(b) 2 GPUs vs 1 GPU: no comparison (exit {b_rc})")
 print(f"(c) bandwidth exit {c_rc};  (d) throughput exit {d_rc};  run time {secs} s")

@@ -301,8 +301,8 @@ def case_rank_frozen():
               rc is not None and rc != 0, f"exit code {rc} after {took:.1f} s")
         check("c: rank 0 waited for the timeout", took >= COMM_TIMEOUT_S - 1,
               f"failed after {took:.1f} s, before the {COMM_TIMEOUT_S} s timeout")
-        op = (rf"(all_reduce|reduce_scatter|all_gather|broadcast|barrier|send|recv) on rank 0 "
-              rf"of 2 failed: no progress for {COMM_TIMEOUT_S} s.*ZT_COMM_TIMEOUT_S")
+        op = (rf"(all_reduce|reduce_scatter|all_gather|broadcast|barrier|send|recv)(_coalesced)? "
+              rf"on rank 0 of 2 failed: no progress for {COMM_TIMEOUT_S} s.*ZT_COMM_TIMEOUT_S")
         check("c: rank 0's error names the operation and the timeout",
               re.search(op, out) is not None, out[-2000:])
         line = next((l for l in out.splitlines() if l.startswith("zt launch:")), "")

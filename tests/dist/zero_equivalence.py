@@ -14,6 +14,14 @@ checked by the kernel and engine tests instead.) Tolerances:
   step): a rounding flip of one parameter moves it by one 16-bit ulp (2^-8 relative for bf16,
   2^-11 for fp16); with the few flips that summation-order differences cause, the loss moves by
   well under 1e-3 relative and the parameters by under 1e-3 in norm, so those are the bounds.
+Buckets and overlap (docs/zero.md "Gradient buckets"): the cases above use reduce_bucket_size
+50000, below every block's size, so each unit is reduced alone (the head too: it cannot share
+with the next block); overlap_comm is unset (stage 3: on, others: off). Further runs at gas 2 use
+a larger vocabulary (4000: an embedding of ~550k elements) and reduce_bucket_size 420000, so the
+head and the last two blocks share one bucket, the first two blocks another, and the embedding,
+larger than the bucket, is reduced alone; every stage with overlap_comm on (up to two buckets in
+flight), stages 2-3 also with it off. Each must reproduce the single-process run of its stage to
+the fp32 tolerances.
 Also: per-rank model-state bytes equal the stage's formula (stage 3 with N ranks is 1/N of
 stage 0 plus padding), and fp16 overflows (a loss scale of 2^132) are skipped in lockstep on
 every rank: the run completes (ranks that disagreed would issue different collectives and time
@@ -42,13 +50,14 @@ port = [29700 + (os.getpid() % 200)]
 failures, passed = [], 0
 
 
-def config(stage, gas, precision, path):
+def config(stage, gas, precision, path, zero_extra=None):
     cfg = {"train_batch_size": 16, "gradient_accumulation_steps": gas, "gradient_clipping": 0.5,
            "zero_allow_untested_optimizer": True,
            "optimizer": {"type": "SGD",
                          "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}},
            "zero_optimization": {"stage": stage, "reduce_bucket_size": 50000,
                                  "stage3_param_persistence_threshold": 5000}}
+    cfg["zero_optimization"].update(zero_extra or {})
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif precision == "fp16":
@@ -59,14 +68,14 @@ def config(stage, gas, precision, path):
         json.dump(cfg, f)
 
 
-def run(world, stage, gas, precision):
-    name = f"w{world}_s{stage}_g{gas}_{precision}"
+def run(world, stage, gas, precision, zero_extra=None, extra_args=(), tag=""):
+    name = f"w{world}_s{stage}_g{gas}_{precision}{tag}"
     cfg = os.path.join(TMP, name + ".json")
-    config(stage, gas, precision, cfg)
+    config(stage, gas, precision, cfg, zero_extra)
     metrics, params = os.path.join(TMP, name + ".jsonl"), os.path.join(TMP, name + ".bin")
     train = [ZT, "train", "--config", cfg, "--device", "cpu", "--steps", str(STEPS), "--seq-len",
              "32", "--sample-tokens", "0", "--order", "sequential", "--metrics-out", metrics,
-             "--dump-params", params]
+             "--dump-params", params] + list(extra_args)
     if world > 1:
         port[0] += 1
         cmd = [ZT, "launch", "--num_procs", str(world), "--master_port", str(port[0])] + train
@@ -121,6 +130,29 @@ for gas, precision in cases:
                   f"relative norm difference {pn:.3g}, worst element {elem:.3g} of max|p| (tol {tol})")
             if precision == "fp32" and gas == 1:
                 reference.setdefault(world, {})[stage] = run_rec["model_state_bytes"]
+
+# Shared buckets, a unit larger than the bucket, overlap_comm on and off (see the docstring).
+BUCKET_ARGS = ["--vocab-size", "4000"]
+for stage in range(4):
+    base = {"reduce_bucket_size": 420000}
+    _, ref_steps, ref_params = run(1, stage, 2, "fp32", dict(base, overlap_comm=False), BUCKET_ARGS,
+                                   "_buckets")
+    pmax = max(abs(x) for x in ref_params)
+    for overlap in ([True, False] if stage >= 2 else [True]):
+        name = f"world 2 stage {stage} buckets of 420000, overlap_comm {overlap}"
+        try:
+            _, steps, params = run(2, stage, 2, "fp32", dict(base, overlap_comm=overlap),
+                                   BUCKET_ARGS, f"_buckets_o{int(overlap)}")
+        except Exception as e:
+            check(name, False, str(e))
+            continue
+        worst = max(abs(s["loss"] - r["loss"]) / abs(r["loss"]) for s, r in zip(steps, ref_steps))
+        check(f"{name}: loss every step", len(steps) == STEPS and worst <= 1e-5,
+              f"worst relative loss difference {worst:.3g} > 1e-5")
+        pn = rel_norm(params, ref_params)
+        elem = max(abs(x - y) for x, y in zip(params, ref_params)) / pmax
+        check(f"{name}: final parameters", len(params) == len(ref_params) and pn <= 1e-5 and
+              elem <= 1e-5, f"relative norm difference {pn:.3g}, worst element {elem:.3g}")
 
 for world in worlds:
     for stage in range(4):

@@ -3,6 +3,8 @@
 // the communicator that owns it.
 #include "zt/comm/communicator.h"
 
+#include <vector>
+
 #include "zt/build_config.h"
 #include "zt/comm/gloo/gloo_communicator.h"
 #include "zt/comm/store/tcp_store.h"
@@ -59,6 +61,61 @@ CommHandle CommHandle::ready(Status status) {
 
 Status CommHandle::wait() {
   return work_ ? work_->wait() : Status::ok();
+}
+
+namespace {
+
+// The handle of several operations issued one by one: wait() waits for each (all of them, even
+// after a failure, so none is left running on the caller's tensors) and returns the first error.
+class GroupWork final : public CommWork {
+ public:
+  explicit GroupWork(std::vector<CommHandle> handles) : handles_(std::move(handles)) {}
+  Status wait() override {
+    Status first;
+    for (CommHandle& h : handles_) {
+      Status s = h.wait();
+      if (first.is_ok() && !s.is_ok()) first = s;
+    }
+    return first;
+  }
+
+ private:
+  std::vector<CommHandle> handles_;
+};
+
+void check_coalesced(std::span<const Tensor> ts, const char* op) {
+  for (const Tensor& t : ts) {
+    ZT_ASSERT(t.defined() && t.dtype() == ts.front().dtype(),
+              "{}: every tensor must have the first one's dtype {}", op,
+              dtype_name(ts.front().dtype()));
+  }
+}
+
+}  // namespace
+
+// The per-tensor loop: backends without a grouped form of their own (the stub).
+CommHandle Communicator::all_reduce_coalesced(std::span<Tensor> inouts, ReduceOp op,
+                                              std::optional<Stream> stream) {
+  if (inouts.empty()) return CommHandle();
+  check_coalesced(inouts, "all_reduce_coalesced");
+  std::vector<CommHandle> handles;
+  for (Tensor& t : inouts) handles.push_back(all_reduce(t, op, stream));
+  return CommHandle(std::make_shared<GroupWork>(std::move(handles)));
+}
+
+CommHandle Communicator::reduce_scatter_coalesced(std::span<Tensor> outs,
+                                                  std::span<const Tensor> ins, ReduceOp op,
+                                                  std::optional<Stream> stream) {
+  ZT_ASSERT(outs.size() == ins.size(), "reduce_scatter_coalesced: {} outputs for {} inputs",
+            outs.size(), ins.size());
+  if (outs.empty()) return CommHandle();
+  check_coalesced(outs, "reduce_scatter_coalesced");
+  check_coalesced(ins, "reduce_scatter_coalesced");
+  std::vector<CommHandle> handles;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    handles.push_back(reduce_scatter(outs[i], ins[i], op, stream));
+  }
+  return CommHandle(std::make_shared<GroupWork>(std::move(handles)));
 }
 
 std::string comm_failure_message(std::string_view op, int rank, int world_size,

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -73,6 +74,16 @@ class Communicator {
   // elementwise combination of every rank's `in`.
   virtual CommHandle reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
                                     std::optional<Stream> stream = std::nullopt) = 0;
+  // Coalesced forms: several tensors in one operation, with the same result as one call per tensor
+  // (the same sums, elementwise), so a ZeRO gradient bucket costs one collective. NCCL issues the
+  // calls in one group (ncclGroupStart/End); Gloo runs one collective over a packed host buffer;
+  // the stub loops. The tensors share one dtype; outs[i] and ins[i] pair up as in
+  // reduce_scatter. An empty span is a complete no-op.
+  virtual CommHandle all_reduce_coalesced(std::span<Tensor> inouts, ReduceOp op,
+                                          std::optional<Stream> stream = std::nullopt);
+  virtual CommHandle reduce_scatter_coalesced(std::span<Tensor> outs, std::span<const Tensor> ins,
+                                              ReduceOp op,
+                                              std::optional<Stream> stream = std::nullopt);
   // `out` (world_size * in.numel() elements) = concatenation of every rank's `in`, rank order.
   virtual CommHandle all_gather(Tensor& out, const Tensor& in,
                                 std::optional<Stream> stream = std::nullopt) = 0;

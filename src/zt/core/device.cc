@@ -104,9 +104,13 @@ void Stream::synchronize() const {
 #endif
 }
 
-Event::Event(Device device) : device_(device) {
+Event::Event(Device device, EventTiming timing) : device_(device) {
 #if ZT_HAVE_CUDA
-  if (device.is_cuda()) handle_ = cuda::event_create(device.index);
+  if (device.is_cuda()) {
+    handle_ = cuda::event_create(device.index, timing == EventTiming::kTiming ? 1 : 0);
+  }
+#else
+  (void)timing;
 #endif
 }
 
@@ -187,6 +191,15 @@ void memory_free(Device d, void* ptr, size_t bytes) {
   std::lock_guard<std::mutex> lock(s.mu);
   s.stats.allocated_bytes -= rounded;
   s.stats.reserved_bytes -= rounded;
+}
+
+void memory_record_stream(Device d, void* ptr, const Stream& stream) {
+  if (!d.is_cuda() || ptr == nullptr) return;
+#if ZT_HAVE_CUDA
+  cuda::cache_record_stream(d.index, ptr, stream.handle());
+#else
+  no_cuda();
+#endif
 }
 
 void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,

@@ -53,10 +53,14 @@ class Stream {
   void* handle_ = nullptr;
 };
 
-// A CUDA event (timing enabled); on the CPU it records wall-clock time.
+// Whether an Event measures time (kTiming) or only orders streams (kSyncOnly: cheaper to record
+// and wait on; elapsed_ms is not available).
+enum class EventTiming : unsigned char { kTiming, kSyncOnly };
+
+// A CUDA event; on the CPU it records wall-clock time.
 class Event {
  public:
-  explicit Event(Device device);
+  explicit Event(Device device, EventTiming timing = EventTiming::kTiming);
   ~Event();
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -85,11 +89,17 @@ class HostOutOfMemory : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Raw memory. Device memory comes from the caching allocator: freed blocks are reused for later
-// requests of the stream they were freed on, so a training step after the first makes no
-// cudaMalloc/cudaFree calls. CPU memory is 64-byte aligned.
+// Raw memory. Device memory comes from the caching allocator (core/block_cache.h has its rules):
+// a freed block is reused for later requests on the stream it was allocated on, so a training step
+// after the first makes no cudaMalloc/cudaFree calls. CPU memory is 64-byte aligned.
 void* memory_allocate(Device d, size_t bytes, const Stream& stream = {});
 void memory_free(Device d, void* ptr, size_t bytes);
+// The device block at `ptr` (as memory_allocate returned it) is also used by work queued on
+// `stream`, not only on the stream it was allocated on (PyTorch's record_stream): when freed, it
+// is reused only after that stream's work queued so far has completed. Call it after queuing
+// the work, whenever a block allocated on one stream is read or written on another. A no-op on
+// the CPU and for the block's own stream.
+void memory_record_stream(Device d, void* ptr, const Stream& stream);
 void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
                  const Stream& stream = {});
 // Enqueues the copy on `stream` and returns at once (memory_copy above waits for copies that touch

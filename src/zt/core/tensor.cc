@@ -229,6 +229,11 @@ Tensor Tensor::clone(const Stream& stream) const { return to(device_, stream); }
 
 void Tensor::zero(const Stream& stream) { memory_zero(data(), device_, nbytes(), stream); }
 
+void Tensor::record_stream(const Stream& stream) const {
+  if (storage_ == nullptr || !storage_->owned || !device_.is_cuda()) return;
+  memory_record_stream(device_, storage_->ptr, stream);
+}
+
 std::vector<double> Tensor::to_doubles() const {
   Tensor h = device_.is_cpu() ? *this : to(Device::cpu());
   std::vector<double> out(static_cast<size_t>(numel()));

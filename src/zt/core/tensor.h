@@ -87,6 +87,11 @@ class Tensor {
   Tensor to(Device device, const Stream& stream = {}) const;
   Tensor clone(const Stream& stream = {}) const;
   void zero(const Stream& stream = {});
+  // Marks the storage as used by work queued on `stream` (memory_record_stream in device.h): once
+  // the last reference goes, its device block is reused only after that work completed. Call it
+  // when this tensor is read or written on a stream other than the one it was allocated on. A
+  // no-op on the CPU and for storage the tensor does not own.
+  void record_stream(const Stream& stream) const;
 
   // Values as host doubles/floats, converted from any dtype (tests, logging, small scalars).
   std::vector<double> to_doubles() const;

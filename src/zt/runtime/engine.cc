@@ -154,23 +154,26 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
     comm_ = own_comm_.get();
   }
   const ZeroConfig& z = config.zero;
-  zero::ZeroOptions zo{.device = dev,
-                       .stream = ctx_.stream,
-                       .compute_dtype = ctx_.compute_dtype,
-                       .round_dtype = round_dtype_,
-                       .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
-                       .stage = z.stage,
-                       .comm = comm_,
-                       .persistence_threshold = z.stage3_param_persistence_threshold,
-                       .prefetch_elements = z.stage3_prefetch_bucket_size,
-                       .max_live_elements = z.stage3_max_live_parameters,
-                       .predivide_factor = config.gradient_predivide_factor,
-                       .prescale = config.prescale_gradients,
-                       .optimizer_placement = optimizer_placement(z, dev),
-                       .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
-                                                  ? zero::OffloadGranularity::kParamTensors
-                                                  : zero::OffloadGranularity::kPieces,
-                       .offload_piece_elements = options.offload_piece_elements};
+  zero::ZeroOptions zo{
+      .device = dev,
+      .stream = ctx_.stream,
+      .compute_dtype = ctx_.compute_dtype,
+      .round_dtype = round_dtype_,
+      .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
+      .stage = z.stage,
+      .comm = comm_,
+      .persistence_threshold = z.stage3_param_persistence_threshold,
+      .prefetch_elements = z.stage3_prefetch_bucket_size,
+      .max_live_elements = z.stage3_max_live_parameters,
+      .predivide_factor = config.gradient_predivide_factor,
+      .prescale = config.prescale_gradients,
+      .reduce_bucket_elements = z.reduce_bucket_size,
+      .overlap = z.overlap_comm ? zero::CommOverlap::kOn : zero::CommOverlap::kOff,
+      .optimizer_placement = optimizer_placement(z, dev),
+      .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
+                                 ? zero::OffloadGranularity::kParamTensors
+                                 : zero::OffloadGranularity::kPieces,
+      .offload_piece_elements = options.offload_piece_elements};
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);

@@ -63,7 +63,10 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
 }
 
 ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed)
-    : model_(model), options_(options) {
+    : model_(model),
+      options_(options),
+      lane_(options.device, options.stream, options.overlap),
+      bucket_(options.reduce_bucket_elements) {
   ZT_ASSERT(options.comm != nullptr, "ZeroState needs a communicator");
   ZT_ASSERT(options.stage >= 0 && options.stage <= 3, "stage {}", options.stage);
   const Device dev = options.device;
@@ -149,85 +152,6 @@ ModelStateBytes ZeroState::state_bytes() const {
   return b;
 }
 
-// ---- gradient reduction
-
-void ZeroState::scale_pre(Tensor& g) {
-  const int W = world_size();
-  if (options_.prescale) {
-    if (W > 1) kernels::scale_inplace(g, 1.0f / static_cast<float>(W), options_.stream);
-  } else if (options_.predivide_factor != 1.0) {
-    kernels::scale_inplace(g, static_cast<float>(1.0 / options_.predivide_factor), options_.stream);
-  }
-}
-
-void ZeroState::scale_post(Tensor& g) {
-  const int W = world_size();
-  if (options_.prescale) return;
-  const double f = options_.predivide_factor / W;
-  if (f != 1.0) kernels::scale_inplace(g, static_cast<float>(f), options_.stream);
-}
-
-void ZeroState::ensure_grad(int u) {
-  UnitState& st = units_[u];
-  if (st.grad.defined()) return;
-  st.grad = Tensor::zeros({st.padded}, kernels::accum_dtype(options_.compute_dtype),
-                          options_.device, options_.stream);
-  model_.units()[u]->bind_grads(st.grad);
-}
-
-void ZeroState::issue_reduce(int u) {
-  UnitState& st = units_[u];
-  Communicator& comm = *options_.comm;
-  const Stream& s = options_.stream;
-  PendingReduce p;
-  p.unit = u;
-  scale_pre(st.grad);
-  if (options_.stage == 0) {
-    p.out = st.grad;
-    p.handle = comm.all_reduce(p.out, ReduceOp::kSum, s);
-  } else {
-    p.out = Tensor::empty({st.shard}, st.grad.dtype(), options_.device, s);
-    p.handle = comm.reduce_scatter(p.out, st.grad, ReduceOp::kSum, s);
-  }
-  p.in = st.grad;
-  if (options_.stage >= 2) {
-    // The pending operation keeps the buffer alive; the unit lets go of it.
-    st.grad = Tensor();
-    model_.units()[u]->bind_grads(Tensor());
-  }
-  pending_.push_back(std::move(p));
-  // On the GPU the collective and everything after it are ordered on the compute stream, so the
-  // result can be consumed at once; on the CPU (Gloo's worker thread) keep two in flight.
-  const size_t max_in_flight = options_.device.is_cuda() ? 0 : 2;
-  while (pending_.size() > max_in_flight) {
-    record(complete_reduce(pending_.front()));
-    if (options_.device.is_cuda()) {
-      stream_handles_.push_back(std::move(pending_.front().handle));
-    }
-    pending_.pop_front();
-  }
-}
-
-Status ZeroState::complete_reduce(PendingReduce& p) {
-  if (!options_.device.is_cuda()) ZT_RETURN_IF_ERROR(p.handle.wait());
-  scale_post(p.out);
-  if (options_.stage >= 1) kernels::add_inplace(units_[p.unit].grad_shard, p.out, options_.stream);
-  return Status::ok();
-}
-
-Status ZeroState::finish_pass() {
-  while (!pending_.empty()) {
-    record(complete_reduce(pending_.front()));
-    if (options_.device.is_cuda()) stream_handles_.push_back(std::move(pending_.front().handle));
-    pending_.pop_front();
-  }
-  for (auto& h : stream_handles_) record(h.wait());
-  stream_handles_.clear();
-  Status s = hook_status_;
-  hook_status_ = Status::ok();
-  return s;
-}
-
 Tensor& ZeroState::step_grad(int u) {
   return options_.stage == 0 ? units_[u].grad : units_[u].grad_shard;
 }
@@ -292,29 +216,48 @@ Result<std::vector<Tensor>> ZeroState::gather_master() {
 
 // ---- stage 3 parameter gathering
 
+void ZeroState::keep_stream_handle(CommHandle h) {
+  stream_handles_.push_back(std::move(h));
+  // Passes that never call finish_pass (generation through the hooks) must not pile up handles:
+  // past a bound, settle them here.
+  if (stream_handles_.size() > 256) {
+    for (auto& sh : stream_handles_) record(sh.wait());
+    stream_handles_.clear();
+  }
+}
+
+CommHandle ZeroState::issue_gather(int u, CommDone& done) {
+  UnitState& st = units_[u];
+  // Allocated on the compute stream, which uses it; lane_.begin() makes the lane wait for the
+  // block's earlier users and for the optimizer's last write of value_shard.
+  st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
+  lane_.begin();
+  CommHandle h = options_.comm->all_gather(st.value, st.value_shard, lane_.stream());
+  const Tensor used[] = {st.value, st.value_shard};
+  done = lane_.end(used);
+  live_elements_ += st.padded;
+  return h;
+}
+
 void ZeroState::gather(int u) {
   UnitState& st = units_[u];
   if (st.persistent) return;
   if (st.gather_refs++ > 0) return;
+  CommHandle h;
+  CommDone done;
   if (st.gather_in_flight) {
     st.gather_in_flight = false;
-    if (!options_.device.is_cuda()) record(st.pending_gather.wait());
-    else stream_handles_.push_back(std::move(st.pending_gather));
+    h = std::move(st.pending_gather);
+    done = std::move(st.gather_done);
   } else {
-    st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
-    CommHandle h = options_.comm->all_gather(st.value, st.value_shard, options_.stream);
-    if (!options_.device.is_cuda()) {
-      record(h.wait());
-    } else {
-      stream_handles_.push_back(std::move(h));
-      // Passes that never call finish_pass (generation through the hooks) must not pile up
-      // handles: past a bound, settle them here.
-      if (stream_handles_.size() > 256) {
-        for (auto& sh : stream_handles_) record(sh.wait());
-        stream_handles_.clear();
-      }
-    }
-    live_elements_ += st.padded;
+    h = issue_gather(u, done);
+  }
+  // The unit computes next: the compute stream waits for the gather (GPU), or the host does (CPU).
+  if (options_.device.is_cuda()) {
+    lane_.consume(done);
+    keep_stream_handle(std::move(h));
+  } else {
+    record(h.wait());
   }
   model_.units()[u]->bind_values(st.value);
 }
@@ -325,10 +268,8 @@ void ZeroState::prefetch(int u) {
   if (st.persistent || st.gather_refs > 0 || st.gather_in_flight) return;
   if (options_.prefetch_elements <= 0 || st.padded > options_.prefetch_elements) return;
   if (live_elements_ + st.padded > options_.max_live_elements) return;
-  st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
-  st.pending_gather = options_.comm->all_gather(st.value, st.value_shard, options_.stream);
+  st.pending_gather = issue_gather(u, st.gather_done);
   st.gather_in_flight = true;
-  live_elements_ += st.padded;
 }
 
 void ZeroState::release(int u) {
@@ -367,7 +308,7 @@ void ZeroState::before_backward(int unit) {
 }
 
 void ZeroState::after_backward(int unit) {
-  if (options_.stage >= 2 || boundary_) issue_reduce(unit);
+  if (options_.stage >= 2 || boundary_) bucket_unit(unit);
   if (options_.stage >= 3) {
     for (int e : model_.units()[unit]->extra_units()) release(e);
     release(unit);

@@ -8,16 +8,19 @@
 //   stage 1  + master weights and optimizer state only for the own chunk; full gradients
 //            accumulate locally and are reduce-scattered at the boundary; after the step the
 //            updated chunks are all-gathered into the compute copy.
-//   stage 2  + gradients reduce-scattered unit by unit as backward finishes each unit, every
-//            micro-step, accumulated into the own chunk; a unit's full gradient buffer lives
-//            only while its backward runs.
+//   stage 2  + gradients reduce-scattered as backward finishes the units, every micro-step,
+//            accumulated into the own chunk; a unit's full gradient buffer lives from its
+//            backward until its bucket is reduced.
 //   stage 3  + the compute copy is sharded at rest: a unit is all-gathered just before its
 //            forward and its backward (the next unit prefetched), and released after, unless it
 //            is smaller than stage3_param_persistence_threshold.
 //
-// ZeroState implements nn::UnitHooks: the model calls it around every unit. Collectives run on
-// the engine's compute stream (NCCL: ordered with the kernels, waited once per step) or Gloo's
-// worker thread (CPU: overlapped, at most two in flight).
+// ZeroState implements nn::UnitHooks: the model calls it around every unit. Gradient reductions
+// are coalesced in buckets of reduce_bucket_size elements (grad_bucket.h; one collective per
+// bucket, zero_reduce.cc). Collectives run on the compute stream (NCCL, overlap_comm off: ordered
+// with the kernels), on a communication stream (NCCL, overlap_comm on: comm_lane.h), or on Gloo's
+// worker thread (CPU); with overlap_comm, up to two buckets stay in flight while backward goes on.
+// Their handles are waited once per pass (finish_pass), where a timeout or a dead peer surfaces.
 //
 // ZeRO-Offload (offload_optimizer, stages 1-3): the master weights and optimizer state of the own
 // chunks live in host memory instead (OptimizerPlacement), and OptimizerOffload
@@ -32,6 +35,8 @@
 #include "zt/comm/communicator.h"
 #include "zt/core/tensor.h"
 #include "zt/nn/model.h"
+#include "zt/zero/comm_lane.h"
+#include "zt/zero/grad_bucket.h"
 
 namespace zt::zero {
 
@@ -64,6 +69,8 @@ struct ZeroOptions {
   int64_t max_live_elements = 1000000000;  // stage 3: gathered elements at most
   double predivide_factor = 1.0;           // gradient_predivide_factor
   bool prescale = false;                   // prescale_gradients
+  int64_t reduce_bucket_elements = 500000000;  // reduce_bucket_size: padded elements per bucket
+  CommOverlap overlap = CommOverlap::kOff;     // overlap_comm (resolved: stage 3 => on)
   // Offload (stages 1-3). The engine asks for a host placement only on a CUDA device; on the CPU
   // the host is the device, and the placement only routes the step through OptimizerOffload
   // (which tests use to check the pipeline without a GPU).
@@ -80,13 +87,14 @@ struct UnitState {
   bool persistent = true;    // compute copy kept whole (stages 0-2, small units at stage 3)
   Tensor value;              // full compute copy (stage 3: only while gathered, unless persistent)
   Tensor value_shard;        // stage 3, not persistent: the own chunk of the compute copy
-  Tensor grad;               // full gradient (stages 2-3: only during this unit's backward)
+  Tensor grad;               // full gradient (stages 2-3: from its backward until reduced)
   Tensor grad_shard;         // stages 1-3: own chunk of the reduced, averaged gradient (f32)
   Tensor master;             // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
   std::vector<Tensor> state;  // optimizer state, same extent as master
   // (master and state are in host memory when offloaded: ZeroOptions::optimizer_placement)
   int gather_refs = 0;
   CommHandle pending_gather;
+  CommDone gather_done;  // the prefetch's completion on the communication stream
   bool gather_in_flight = false;
 };
 
@@ -158,17 +166,24 @@ class ZeroState : public nn::UnitHooks {
   const Status& hook_status() const { return hook_status_; }
 
  private:
+  // One flushed bucket. The full gradients it reads need no reference here: Gloo's worker holds
+  // them until it ran, and on a GPU they were marked as used on the collective's stream.
   struct PendingReduce {
-    int unit;
-    Tensor out;  // reduce-scatter result (stages 1-3) or the all-reduced full gradient (stage 0)
-    Tensor in;   // the full gradient, kept alive until the operation completes
+    std::vector<int> units;
+    // Per unit: its reduce-scatter result (stages 1-3) or its all-reduced full gradient (stage 0).
+    std::vector<Tensor> outs;
     CommHandle handle;
+    CommDone done;  // communication stream only
   };
+  // The all-gather of unit u's compute copy into a fresh st.value, on the lane.
+  CommHandle issue_gather(int u, CommDone& done);
   void gather(int u);
   void release(int u);
   void prefetch(int u);
-  void issue_reduce(int u);
-  Status complete_reduce(PendingReduce& p);
+  void keep_stream_handle(CommHandle h);
+  void bucket_unit(int u);
+  void flush_bucket();
+  void complete_reduce(PendingReduce& p);
   void ensure_grad(int u);
   void record(const Status& s);
   void scale_pre(Tensor& g);
@@ -177,6 +192,8 @@ class ZeroState : public nn::UnitHooks {
   nn::Model& model_;
   ZeroOptions options_;
   std::vector<UnitState> units_;
+  CommLane lane_;
+  GradBucket bucket_;
   std::deque<PendingReduce> pending_;
   bool boundary_ = true;
   std::vector<CommHandle> stream_handles_;  // GPU: stream-ordered operations, waited per pass

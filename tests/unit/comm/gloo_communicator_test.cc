@@ -238,6 +238,44 @@ TEST(GlooCommunicator, ReduceScatterInSeveralRounds) {
   unsetenv("ZT_GLOO_SCATTER_CHUNK_BYTES");
 }
 
+// The coalesced forms give each tensor what its own collective would: tensors of different sizes
+// (blocks of 1, 7 and 40 elements per rank), each with its own data (a distinct offset into the
+// rank's value sequence), for sums and averages in f32, bf16 and i64. A tiny scratch bound makes
+// the reduce-scatter rounds cut across the tensors' boundaries.
+TEST(GlooCommunicator, CoalescedFormsMatchOneCollectivePerTensor) {
+  const int world = 3;
+  const int port = free_tcp_port();
+  setenv("ZT_GLOO_SCATTER_CHUNK_BYTES", "96", 1);
+  const std::vector<int64_t> blocks = {1, 7, 40};
+  const std::vector<int64_t> offsets = {1000, 2000, 3000};
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 20s));
+    ASSERT_NE(comm, nullptr);
+    for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::vector<Tensor> inouts, outs, ins;
+        for (size_t k = 0; k < blocks.size(); ++k) {
+          const int64_t n = blocks[k] * world;
+          inouts.push_back(Tensor::from_doubles(values(rank, n, d, offsets[k]), {n}, d));
+          ins.push_back(Tensor::from_doubles(values(rank, n, d, offsets[k]), {n}, d));
+          outs.push_back(Tensor::zeros({blocks[k]}, d));
+        }
+        expect_ok(comm->all_reduce_coalesced(inouts, op), "all_reduce_coalesced");
+        expect_ok(comm->reduce_scatter_coalesced(outs, ins, op), "reduce_scatter_coalesced");
+        for (size_t k = 0; k < blocks.size(); ++k) {
+          expect_reduced(inouts[k].to_doubles(), op, world, d, offsets[k], "all_reduce_coalesced");
+          expect_reduced(outs[k].to_doubles(), op, world, d, offsets[k] + rank * blocks[k],
+                         "reduce_scatter_coalesced");
+        }
+      }
+    }
+    std::vector<Tensor> none;
+    expect_ok(comm->all_reduce_coalesced(none, ReduceOp::kSum), "empty all_reduce_coalesced");
+    expect_ok(comm->barrier(), "barrier");
+  });
+  unsetenv("ZT_GLOO_SCATTER_CHUNK_BYTES");
+}
+
 TEST(GlooCommunicator, RankThatNeverArrivesFailsTheOthersWithinTheTimeout) {
   const int world = 3;
   const int port = free_tcp_port();
@@ -345,6 +383,14 @@ TEST(StubCommunicator, WorldOfOneCopiesOrDoesNothing) {
   EXPECT_EQ(gathered.to_doubles(), (std::vector<double>{4, 5}));
   expect_ok(comm.broadcast(in, 0), "broadcast");
   expect_ok(comm.barrier(), "barrier");
+  // The coalesced forms loop over the tensors.
+  std::vector<Tensor> ins = {in, Tensor::from_doubles({6}, {1}, DType::i32)};
+  std::vector<Tensor> outs = {Tensor::zeros({2}, DType::i32), Tensor::zeros({1}, DType::i32)};
+  expect_ok(comm.reduce_scatter_coalesced(outs, ins, ReduceOp::kSum), "reduce_scatter_coalesced");
+  EXPECT_EQ(outs[0].to_doubles(), (std::vector<double>{4, 5}));
+  EXPECT_EQ(outs[1].to_doubles(), (std::vector<double>{6}));
+  expect_ok(comm.all_reduce_coalesced(ins, ReduceOp::kMax), "all_reduce_coalesced");
+  EXPECT_EQ(ins[1].to_doubles(), (std::vector<double>{6}));
 }
 
 TEST(StubCommunicatorDeathTest, MisuseAborts) {

@@ -129,6 +129,66 @@ TEST(NcclCommunicator, EveryCollectiveEveryDtype) {
   });
 }
 
+// The coalesced forms (one NCCL group) on a stream of their own, as ZeRO's communication stream
+// uses them. The inputs live on another stream (`work`) and are dropped as soon as the operation
+// is queued; rank 1 joins 300 ms late, so rank 0's group is still waiting for it while rank 0
+// allocates same-sized blocks on `work` and overwrites them. The caching allocator must not hand
+// out the dropped inputs' blocks before the group finished (the communicator marks them as used
+// on its stream: Tensor::record_stream); if it did, rank 0 would send the overwritten zeros.
+TEST(NcclCommunicator, CoalescedOnASideStreamWithInputsDroppedEarly) {
+  ZT_SKIP_WITHOUT_TWO_GPUS();
+  const int port = free_tcp_port();
+  const std::vector<int64_t> blocks = {1, 700, 40000};
+  run_ranks([&](int rank) {
+    auto comm = create(rank_env(rank, port, 60s));
+    ASSERT_NE(comm, nullptr);
+    const Device dev = Device::cuda(rank);
+    const Stream work = Stream::create(dev);
+    const Stream side = Stream::create(dev);
+    Event inputs_ready(dev, EventTiming::kSyncOnly);
+    // An input of n elements with values offset `off`, written on `work`.
+    auto input = [&](int64_t n, int64_t off) {
+      std::vector<double> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(rank, off + i, DType::f32);
+      Tensor t = Tensor::empty({n}, DType::f32, dev, work);
+      t.copy_from(Tensor::from_doubles(v, {n}, DType::f32), work);
+      return t;
+    };
+    std::vector<Tensor> sums, outs;
+    std::vector<Tensor> ins;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      sums.push_back(input(blocks[k] * 2, 1000 * static_cast<int64_t>(k)));
+      ins.push_back(input(blocks[k] * 2, 1000 * static_cast<int64_t>(k)));
+      outs.push_back(Tensor::zeros({blocks[k]}, DType::f32, dev, side));
+    }
+    inputs_ready.record(work);
+    inputs_ready.wait(side);
+    if (rank == 1) std::this_thread::sleep_for(300ms);
+    CommHandle scatter = comm->reduce_scatter_coalesced(outs, ins, ReduceOp::kSum, side);
+    ins.clear();  // dropped while rank 0's group still waits for rank 1
+    std::vector<Tensor> scribbles;
+    for (int64_t b : blocks) scribbles.push_back(Tensor::zeros({b * 2}, DType::f32, dev, work));
+    expect_ok(std::move(scatter), "reduce_scatter_coalesced");
+    expect_ok(comm->all_reduce_coalesced(sums, ReduceOp::kSum, side), "all_reduce_coalesced");
+    side.synchronize();
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      const int64_t off = 1000 * static_cast<int64_t>(k);
+      std::vector<double> got = outs[k].to_doubles();
+      for (int64_t i = 0; i < blocks[k]; ++i) {
+        ASSERT_EQ(got[static_cast<size_t>(i)],
+                  reduced(ReduceOp::kSum, off + rank * blocks[k] + i, DType::f32))
+            << "reduce_scatter_coalesced tensor " << k << " element " << i;
+      }
+      got = sums[k].to_doubles();
+      for (int64_t i = 0; i < blocks[k] * 2; ++i) {
+        ASSERT_EQ(got[static_cast<size_t>(i)], reduced(ReduceOp::kSum, off + i, DType::f32))
+            << "all_reduce_coalesced tensor " << k << " element " << i;
+      }
+    }
+    expect_ok(comm->barrier(), "barrier");
+  });
+}
+
 TEST(NcclCommunicator, RankThatSkipsACollectiveTimesOutTheOtherWithoutHanging) {
   ZT_SKIP_WITHOUT_TWO_GPUS();
   const int port = free_tcp_port();

@@ -1,7 +1,8 @@
 // The Gloo backend (gloo_communicator.h). Built on Debian's libgloo (0.5, 2022-05): all_reduce,
 // all_gather, broadcast and barrier use Gloo's option-struct collectives with a tag and a timeout
 // per call; reduce_scatter uses gloo::ReduceScatterHalvingDoubling (Gloo's only reduce-scatter),
-// whose sizes are `int` bytes, so it runs over chunks of at most kScatterChunkBytes; send/recv post
+// whose sizes are `int` bytes, so it runs over chunks of at most kScatterChunkBytes; the coalesced
+// forms pack their tensors into one host buffer and run one collective; send/recv post
 // unbound buffers on the worker and wait for them in CommHandle::wait(). Every Gloo call sits in a
 // try block: Gloo reports failures only by exceptions (gloo_errors.h turns them into Status).
 #include "zt/comm/gloo/gloo_communicator.h"
@@ -23,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -236,38 +238,66 @@ class GlooCommunicator final : public Communicator {
 
   CommHandle reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op,
                             std::optional<Stream>) override {
-    check(out, "reduce_scatter");
-    check(in, "reduce_scatter");
-    ZT_ASSERT(in.dtype() == out.dtype() && in.numel() == out.numel() * world_,
-              "reduce_scatter: in has {} {} elements, expected world_size {} x out's {} {}",
-              in.numel(), dtype_name(in.dtype()), world_, out.numel(), dtype_name(out.dtype()));
+    check_scatter_pair(out, in, "reduce_scatter");
     return submit("reduce_scatter", [this, o = out, i = in, op](std::function<Status()>&) {
-      const int64_t block = o.numel();
-      if (block == 0) return;
-      with_compute_type(o.dtype(), [&]<typename T>(std::type_identity<T>) {
-        const size_t esize = dtype_size(o.dtype());
-        const int64_t chunk =
-            std::max<int64_t>(1, scatter_chunk_bytes_ / static_cast<int64_t>(sizeof(T) * world_));
-        std::vector<T> scratch(static_cast<size_t>(world_ * std::min(block, chunk)));
-        const auto* src = static_cast<const char*>(i.data());
-        auto* dst = static_cast<char*>(o.data());
-        for (int64_t off = 0; off < block; off += chunk) {
-          const int64_t len = std::min(chunk, block - off);
-          // Round `off`: element [off, off+len) of every rank's block, side by side.
-          for (int r = 0; r < world_; ++r) {
-            load(scratch.data() + r * len, src + static_cast<size_t>(r * block + off) * esize,
-                 o.dtype(), len);
-          }
-          gloo::ReduceScatterHalvingDoubling<T> algo(
-              ctx_, std::vector<T*>{scratch.data()}, static_cast<int>(world_ * len),
-              std::vector<int>(static_cast<size_t>(world_), static_cast<int>(len)),
-              reduction_function<T>(op));
-          algo.run();
-          if (op == ReduceOp::kAvg) divide(scratch.data(), len, world_);
-          store(dst + static_cast<size_t>(off) * esize, o.dtype(), scratch.data(), len);
+      run_reduce_scatter({o}, {i}, op);
+    });
+  }
+
+  // One Gloo all-reduce over the tensors packed side by side (in the compute type).
+  CommHandle all_reduce_coalesced(std::span<Tensor> inouts, ReduceOp op,
+                                  std::optional<Stream>) override {
+    if (inouts.empty()) return CommHandle();
+    for (const Tensor& t : inouts) {
+      check(t, "all_reduce_coalesced");
+      ZT_ASSERT(t.dtype() == inouts.front().dtype(), "all_reduce_coalesced: {} among {}",
+                dtype_name(t.dtype()), dtype_name(inouts.front().dtype()));
+    }
+    std::vector<Tensor> ts(inouts.begin(), inouts.end());
+    return submit("all_reduce_coalesced", [this, ts = std::move(ts), op](std::function<Status()>&) {
+      int64_t n = 0;
+      for (const Tensor& t : ts) n += t.numel();
+      if (n == 0) return;
+      const DType d = ts.front().dtype();
+      with_compute_type(d, [&]<typename T>(std::type_identity<T>) {
+        std::vector<T> packed(static_cast<size_t>(n));
+        int64_t at = 0;
+        for (const Tensor& t : ts) {
+          load(packed.data() + at, t.data(), d, t.numel());
+          at += t.numel();
+        }
+        gloo::AllreduceOptions opts(ctx_);
+        opts.setOutput(packed.data(), static_cast<size_t>(n));
+        opts.setReduceFunction(reduce_fn<T>(op));
+        opts.setTag(next_tag_++);
+        opts.setTimeout(timeout_);
+        gloo::allreduce(opts);
+        if (op == ReduceOp::kAvg) divide(packed.data(), n, world_);
+        at = 0;
+        for (const Tensor& t : ts) {
+          store(t.data(), d, packed.data() + at, t.numel());
+          at += t.numel();
         }
       });
     });
+  }
+
+  // One reduce-scatter over every pair: rank r's block is the concatenation of each pair's block r.
+  CommHandle reduce_scatter_coalesced(std::span<Tensor> outs, std::span<const Tensor> ins,
+                                      ReduceOp op, std::optional<Stream>) override {
+    ZT_ASSERT(outs.size() == ins.size(), "reduce_scatter_coalesced: {} outputs for {} inputs",
+              outs.size(), ins.size());
+    if (outs.empty()) return CommHandle();
+    for (size_t k = 0; k < outs.size(); ++k) {
+      check_scatter_pair(outs[k], ins[k], "reduce_scatter_coalesced");
+      ZT_ASSERT(outs[k].dtype() == outs.front().dtype(), "reduce_scatter_coalesced: {} among {}",
+                dtype_name(outs[k].dtype()), dtype_name(outs.front().dtype()));
+    }
+    std::vector<Tensor> o(outs.begin(), outs.end()), i(ins.begin(), ins.end());
+    return submit("reduce_scatter_coalesced",
+                  [this, o = std::move(o), i = std::move(i), op](std::function<Status()>&) {
+                    run_reduce_scatter(o, i, op);
+                  });
   }
 
   CommHandle all_gather(Tensor& out, const Tensor& in, std::optional<Stream>) override {
@@ -343,6 +373,67 @@ class GlooCommunicator final : public Communicator {
   void check_peer(int peer, const char* op) const {
     ZT_ASSERT(peer >= 0 && peer < world_ && peer != rank_, "{}: peer {} on rank {} of {}", op, peer,
               rank_, world_);
+  }
+
+  void check_scatter_pair(const Tensor& out, const Tensor& in, const char* op) const {
+    check(out, op);
+    check(in, op);
+    ZT_ASSERT(in.dtype() == out.dtype() && in.numel() == out.numel() * world_,
+              "{}: in has {} {} elements, expected world_size {} x out's {} {}", op, in.numel(),
+              dtype_name(in.dtype()), world_, out.numel(), dtype_name(out.dtype()));
+  }
+
+  // Reduce-scatter of the pairs (outs[k], ins[k]) as one operation over a virtual block per rank:
+  // rank r's block is the concatenation of block r of every ins[k], and rank r receives the
+  // reduction of its block, cut back into the outs. Runs in rounds of at most
+  // scatter_chunk_bytes_ of scratch (Gloo's ReduceScatterHalvingDoubling counts bytes in int). On
+  // the worker thread.
+  void run_reduce_scatter(const std::vector<Tensor>& outs, const std::vector<Tensor>& ins,
+                          ReduceOp op) {
+    std::vector<int64_t> starts;
+    int64_t block = 0;
+    for (const Tensor& o : outs) {
+      starts.push_back(block);
+      block += o.numel();
+    }
+    if (block == 0) return;
+    const DType d = outs.front().dtype();
+    with_compute_type(d, [&]<typename T>(std::type_identity<T>) {
+      const size_t esize = dtype_size(d);
+      const int64_t chunk =
+          std::max<int64_t>(1, scatter_chunk_bytes_ / static_cast<int64_t>(sizeof(T) * world_));
+      std::vector<T> scratch(static_cast<size_t>(world_ * std::min(block, chunk)));
+      // f(k, pos, at, n) for each pair k overlapping [off, off + len) of the virtual block: n
+      // elements from `pos` in pair k's block, at `at` in the round.
+      auto pieces = [&](int64_t off, int64_t len, auto&& f) {
+        for (size_t k = 0; k < outs.size(); ++k) {
+          const int64_t lo = std::max(off, starts[k]);
+          const int64_t hi = std::min(off + len, starts[k] + outs[k].numel());
+          if (lo < hi) f(k, lo - starts[k], lo - off, hi - lo);
+        }
+      };
+      for (int64_t off = 0; off < block; off += chunk) {
+        const int64_t len = std::min(chunk, block - off);
+        // Round `off`: elements [off, off + len) of every rank's block, side by side.
+        for (int r = 0; r < world_; ++r) {
+          pieces(off, len, [&](size_t k, int64_t pos, int64_t at, int64_t n) {
+            const auto* src = static_cast<const char*>(ins[k].data());
+            load(scratch.data() + r * len + at,
+                 src + static_cast<size_t>(r * outs[k].numel() + pos) * esize, d, n);
+          });
+        }
+        gloo::ReduceScatterHalvingDoubling<T> algo(
+            ctx_, std::vector<T*>{scratch.data()}, static_cast<int>(world_ * len),
+            std::vector<int>(static_cast<size_t>(world_), static_cast<int>(len)),
+            reduction_function<T>(op));
+        algo.run();
+        if (op == ReduceOp::kAvg) divide(scratch.data(), len, world_);
+        pieces(off, len, [&](size_t k, int64_t pos, int64_t at, int64_t n) {
+          store(static_cast<char*>(outs[k].data()) + static_cast<size_t>(pos) * esize, d,
+                scratch.data() + at, n);
+        });
+      }
+    });
   }
 
   // Enqueues `body` to run on the worker, refused at once if the communicator failed before.

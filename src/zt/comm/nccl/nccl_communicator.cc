@@ -6,6 +6,11 @@
 // (a peer died, a network failure), or the timeout passes; in the last two cases it aborts the
 // communicator (ncclCommAbort frees kernels stuck waiting on a dead peer) and returns a Status
 // naming the operation. An aborted communicator refuses every later operation with that Status.
+// The watchdog depends only on the operation's own event and the communicator, so it is the same
+// whichever stream the operation ran on (the compute stream, a communication stream, or ours).
+// The operation's tensors are marked as used on its stream (Tensor::record_stream), so the
+// caller may drop them at once: the caching allocator reuses their blocks only after the
+// operation. The coalesced forms issue their calls in one NCCL group.
 #include "zt/comm/nccl/nccl_communicator.h"
 
 #include <cuda_runtime.h>
@@ -158,13 +163,11 @@ struct NcclState {
 
 class NcclWork final : public CommWork {
  public:
-  NcclWork(std::shared_ptr<NcclState> state, std::string op, cudaEvent_t event,
-           std::vector<Tensor> keep_alive)
+  NcclWork(std::shared_ptr<NcclState> state, std::string op, cudaEvent_t event)
       : state_(std::move(state)),
         op_(std::move(op)),
         event_(event),
-        deadline_(Clock::now() + state_->timeout),
-        keep_alive_(std::move(keep_alive)) {}
+        deadline_(Clock::now() + state_->timeout) {}
   ~NcclWork() override {
     if (event_ != nullptr) cudaEventDestroy(event_);
   }
@@ -174,7 +177,6 @@ class NcclWork final : public CommWork {
     if (done_) return status_;
     status_ = poll_until_done();
     done_ = true;
-    keep_alive_.clear();
     return status_;
   }
 
@@ -223,7 +225,6 @@ class NcclWork final : public CommWork {
   std::string op_;
   cudaEvent_t event_ = nullptr;
   Clock::time_point deadline_;
-  std::vector<Tensor> keep_alive_;  // the operation's tensors, until it completes
   std::mutex wait_mu_;
   bool done_ = false;
   Status status_;
@@ -256,6 +257,46 @@ class NcclCommunicator final : public Communicator {
     return enqueue("reduce_scatter", stream, {out, in}, [&](ncclComm_t c, cudaStream_t s) {
       return ncclReduceScatter(in.data(), out.data(), static_cast<size_t>(out.numel()),
                                nccl_dtype(out.dtype()), nccl_op(op), c, s);
+    });
+  }
+
+  CommHandle all_reduce_coalesced(std::span<Tensor> inouts, ReduceOp op,
+                                  std::optional<Stream> stream) override {
+    if (inouts.empty()) return CommHandle();
+    for (const Tensor& t : inouts) check(t, "all_reduce_coalesced");
+    std::vector<Tensor> tensors(inouts.begin(), inouts.end());
+    return enqueue("all_reduce_coalesced", stream, tensors, [&](ncclComm_t c, cudaStream_t s) {
+      return grouped(tensors.size(), [&](size_t k) {
+        const Tensor& t = tensors[k];
+        return ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()),
+                             nccl_dtype(t.dtype()), nccl_op(op), c, s);
+      });
+    });
+  }
+
+  CommHandle reduce_scatter_coalesced(std::span<Tensor> outs, std::span<const Tensor> ins,
+                                      ReduceOp op, std::optional<Stream> stream) override {
+    ZT_ASSERT(outs.size() == ins.size(), "reduce_scatter_coalesced: {} outputs for {} inputs",
+              outs.size(), ins.size());
+    if (outs.empty()) return CommHandle();
+    std::vector<Tensor> tensors;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      check(outs[k], "reduce_scatter_coalesced");
+      check(ins[k], "reduce_scatter_coalesced");
+      ZT_ASSERT(
+          ins[k].dtype() == outs[k].dtype() && ins[k].numel() == outs[k].numel() * world_size(),
+          "reduce_scatter_coalesced: in {} has {} elements, expected world_size {} x out's "
+          "{}",
+          k, ins[k].numel(), world_size(), outs[k].numel());
+      tensors.push_back(outs[k]);
+      tensors.push_back(ins[k]);
+    }
+    return enqueue("reduce_scatter_coalesced", stream, tensors, [&](ncclComm_t c, cudaStream_t s) {
+      return grouped(outs.size(), [&](size_t k) {
+        return ncclReduceScatter(ins[k].data(), outs[k].data(),
+                                 static_cast<size_t>(outs[k].numel()), nccl_dtype(outs[k].dtype()),
+                                 nccl_op(op), c, s);
+      });
     });
   }
 
@@ -325,8 +366,23 @@ class NcclCommunicator final : public Communicator {
               op, peer, rank(), world_size());
   }
 
+  // Issues call(0) .. call(n - 1) as one NCCL group (one launch, the operations run together).
+  // ncclGroupEnd is called whatever the calls answered, so NCCL never stays inside a group; the
+  // first error wins, else ncclGroupEnd's answer (ncclInProgress on this non-blocking
+  // communicator, which enqueue() settles).
+  static ncclResult_t grouped(size_t n, const std::function<ncclResult_t(size_t)>& call) {
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
+    ncclResult_t first = ncclSuccess;
+    for (size_t k = 0; k < n; ++k) {
+      ncclResult_t r = call(k);
+      if (r != ncclSuccess && r != ncclInProgress && first == ncclSuccess) first = r;
+    }
+    ncclResult_t end = ncclGroupEnd();
+    return first != ncclSuccess ? first : end;
+  }
+
   CommHandle enqueue(const char* op, const std::optional<Stream>& stream,
-                     std::vector<Tensor> tensors,
+                     const std::vector<Tensor>& tensors,
                      const std::function<ncclResult_t(ncclComm_t, cudaStream_t)>& call) {
     NcclState& st = *state_;
     std::lock_guard<std::mutex> lock(st.mu);
@@ -360,7 +416,11 @@ class NcclCommunicator final : public Communicator {
                                 fmt::format("CUDA error '{}' recording the completion event",
                                             cudaGetErrorString(e)))}));
     }
-    return CommHandle(std::make_shared<NcclWork>(state_, op, event, std::move(tensors)));
+    // The caller may drop its tensors before the operation ran (e.g. on the communicator's own
+    // stream): their blocks go back to the caching allocator only after the work queued on `s`
+    // so far, this operation included, has completed.
+    for (const Tensor& t : tensors) t.record_stream(Stream(device(), s));
+    return CommHandle(std::make_shared<NcclWork>(state_, op, event));
   }
 
   std::shared_ptr<NcclState> state_;

@@ -1,127 +1,133 @@
-// The CUDA caching allocator. Blocks are rounded (512 B below 1 MiB, 2 MiB above) and, when
-// freed, kept in a per-(device, stream, size) free list for the next request of that size on
-// that stream: work queued on the stream that used the block finishes before any later work on
-// the same stream can touch it, so reuse needs no synchronisation. Shapes in a training step
-// repeat, so after the first step no cudaMalloc/cudaFree happens. Memory is returned to the
-// system only by cache_empty() (or, once, when cudaMalloc fails: empty the cache and retry).
+// The CUDA caching allocator: core/block_cache.h (the rules: free lists per (stream, size), blocks
+// used by another stream kept aside until that stream's work on them completed) over cudaMalloc,
+// cudaFree and a pool of CUDA events. Shapes in a training step repeat, so after the first step no
+// cudaMalloc/cudaFree happens. A failed cudaMalloc empties the cache and retries once; if it still
+// fails, the allocation throws GpuOutOfMemory (the user's configuration, not a bug).
 #include <cuda_runtime.h>
 
-#include <map>
-#include <string>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "zt/core/block_cache.h"
 #include "zt/core/cuda/cuda_backend.h"
 #include "zt/core/cuda/cuda_check.h"
 
 namespace zt::cuda {
 namespace {
 
-struct BlockInfo {
-  size_t size;
-  void* stream;
+// BlockCacheDevice over the CUDA runtime for one device. Events come from a pool (sync-only, no
+// timing), so freeing a block that another stream used costs a cudaEventRecord, no creation.
+class CudaBlockDevice final : public BlockCacheDevice {
+ public:
+  explicit CudaBlockDevice(int device) : device_(device) {}
+
+  void* malloc(size_t bytes) override {
+    ZT_CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // clear it: the cache retries, or the caller reports it
+      return nullptr;
+    }
+    ZT_CUDA_CHECK(err);
+    return p;
+  }
+  void free(void* ptr) override {
+    ZT_CUDA_CHECK(cudaSetDevice(device_));
+    ZT_CUDA_CHECK(cudaFree(ptr));
+  }
+  void* event_record(void* stream) override {
+    ZT_CUDA_CHECK(cudaSetDevice(device_));
+    cudaEvent_t e = nullptr;
+    if (events_.empty()) {
+      ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    } else {
+      e = events_.back();
+      events_.pop_back();
+    }
+    ZT_CUDA_CHECK(cudaEventRecord(e, static_cast<cudaStream_t>(stream)));
+    return e;
+  }
+  bool event_done(void* event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    ZT_CUDA_CHECK(err);
+    return true;
+  }
+  void event_synchronize(void* event) override {
+    ZT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  }
+  void event_release(void* event) override { events_.push_back(static_cast<cudaEvent_t>(event)); }
+
+ private:
+  int device_;
+  std::vector<cudaEvent_t> events_;
 };
 
 struct DeviceCache {
-  std::map<std::pair<void*, size_t>, std::vector<void*>> free_blocks;  // (stream, size) -> ptrs
-  std::unordered_map<void*, BlockInfo> live;
-  AllocatorStats stats;
+  explicit DeviceCache(int device) : dev(device), cache(dev) {}
+  CudaBlockDevice dev;
+  BlockCache cache;
 };
 
 std::mutex g_mu;
-std::unordered_map<int, DeviceCache>& caches() {
-  static auto* c = new std::unordered_map<int, DeviceCache>();  // never destroyed: used at exit
+DeviceCache& cache_of(int device) {
+  // Never destroyed: tensors may be freed during exit.
+  static auto* caches = new std::unordered_map<int, std::unique_ptr<DeviceCache>>();
+  auto& c = (*caches)[device];
+  if (!c) c = std::make_unique<DeviceCache>(device);
   return *c;
-}
-
-size_t round_size(size_t bytes) {
-  if (bytes == 0) bytes = 1;
-  constexpr size_t kSmall = 512, kLarge = 2u << 20, kSmallLimit = 1u << 20;
-  if (bytes < kSmallLimit) return (bytes + kSmall - 1) / kSmall * kSmall;
-  return (bytes + kLarge - 1) / kLarge * kLarge;
-}
-
-void release_cached(int device, DeviceCache& c) {
-  ZT_CUDA_CHECK(cudaSetDevice(device));
-  for (auto& [key, ptrs] : c.free_blocks) {
-    for (void* p : ptrs) {
-      ZT_CUDA_CHECK(cudaFree(p));
-      c.stats.reserved_bytes -= key.second;
-    }
-  }
-  c.free_blocks.clear();
 }
 
 }  // namespace
 
 void* cache_allocate(int device, size_t bytes, void* stream) {
-  size_t size = round_size(bytes);
   std::lock_guard<std::mutex> lock(g_mu);
-  DeviceCache& c = caches()[device];
-  void* p = nullptr;
-  auto it = c.free_blocks.find({stream, size});
-  if (it != c.free_blocks.end() && !it->second.empty()) {
-    p = it->second.back();
-    it->second.pop_back();
-  } else {
-    ZT_CUDA_CHECK(cudaSetDevice(device));
-    cudaError_t err = cudaMalloc(&p, size);
-    if (err == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();
-      release_cached(device, c);
-      err = cudaMalloc(&p, size);
-    }
-    if (err != cudaSuccess) {
-      size_t free_b = 0, total_b = 0;
-      (void)cudaGetLastError();
-      (void)cudaMemGetInfo(&free_b, &total_b);
-      std::string msg = fmt::format(
-          "out of GPU memory on cuda:{} allocating {:.1f} MiB ({:.1f} MiB in use by ZeroTrain, "
-          "{:.1f} MiB free of {:.1f} MiB); lower the micro-batch size, use a higher ZeRO stage, "
-          "or enable offload",
-          device, size / 1048576.0, c.stats.allocated_bytes / 1048576.0, free_b / 1048576.0,
-          total_b / 1048576.0);
-      // Running out of memory is the user's configuration, not a bug: it travels up as an
-      // exception (the CLI prints it as one error line and exits 1).
-      if (err == cudaErrorMemoryAllocation) throw GpuOutOfMemory(msg);
-      ::zt::detail::assert_fail(__FILE__, __LINE__, "cudaMalloc", cudaGetErrorString(err));
-    }
-    c.stats.reserved_bytes += size;
-    c.stats.system_allocs++;
-  }
-  c.live[p] = {size, stream};
-  c.stats.allocated_bytes += size;
-  if (c.stats.allocated_bytes > c.stats.peak_allocated_bytes) {
-    c.stats.peak_allocated_bytes = c.stats.allocated_bytes;
-  }
-  return p;
+  BlockCache& c = cache_of(device).cache;
+  void* p = c.allocate(bytes, stream);
+  if (p != nullptr) return p;
+  size_t free_b = 0, total_b = 0;
+  (void)cudaMemGetInfo(&free_b, &total_b);
+  (void)cudaGetLastError();
+  // Running out of memory is the user's configuration, not a bug: it travels up as an exception
+  // (the CLI prints it as one error line and exits 1).
+  throw GpuOutOfMemory(fmt::format(
+      "out of GPU memory on cuda:{} allocating {:.1f} MiB ({:.1f} MiB in use by ZeroTrain, "
+      "{:.1f} MiB free of {:.1f} MiB); lower the micro-batch size, use a higher ZeRO stage, or "
+      "enable offload",
+      device, BlockCache::round_size(bytes) / 1048576.0, c.stats().allocated_bytes / 1048576.0,
+      free_b / 1048576.0, total_b / 1048576.0));
 }
 
 void cache_free(int device, void* ptr, size_t /*bytes*/) {
   std::lock_guard<std::mutex> lock(g_mu);
-  DeviceCache& c = caches()[device];
-  auto it = c.live.find(ptr);
-  ZT_ASSERT(it != c.live.end(), "freeing a pointer the caching allocator does not own");
-  c.free_blocks[{it->second.stream, it->second.size}].push_back(ptr);
-  c.stats.allocated_bytes -= it->second.size;
-  c.live.erase(it);
+  cache_of(device).cache.free(ptr);
+}
+
+void cache_record_stream(int device, void* ptr, void* stream) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  cache_of(device).cache.record_stream(ptr, stream);
 }
 
 AllocatorStats cache_stats(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
-  return caches()[device].stats;
+  return cache_of(device).cache.stats();
 }
 
 void cache_reset_peak(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
-  auto& s = caches()[device].stats;
-  s.peak_allocated_bytes = s.allocated_bytes;
+  cache_of(device).cache.reset_peak();
 }
 
 void cache_empty(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
-  release_cached(device, caches()[device]);
+  cache_of(device).cache.empty();
 }
 
 }  // namespace zt::cuda

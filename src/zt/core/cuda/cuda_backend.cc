@@ -38,10 +38,11 @@ void stream_synchronize(void* stream) {
   ZT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
-void* event_create(int device) {
+void* event_create(int device, int timing) {
   ZT_CUDA_CHECK(cudaSetDevice(device));
   cudaEvent_t e = nullptr;
-  ZT_CUDA_CHECK(cudaEventCreate(&e));
+  ZT_CUDA_CHECK(
+      cudaEventCreateWithFlags(&e, timing != 0 ? cudaEventDefault : cudaEventDisableTiming));
   return e;
 }
 

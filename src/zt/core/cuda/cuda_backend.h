@@ -14,7 +14,8 @@ std::string device_name(int index);
 void set_device(int index);
 void* stream_create(int device);
 void stream_synchronize(void* stream);
-void* event_create(int device);
+// timing: 1 for an event that measures time, 0 for one that only orders streams (cheaper).
+void* event_create(int device, int timing);
 void event_destroy(void* event);
 void event_record(void* event, void* stream);
 void event_wait(void* event, void* stream);
@@ -23,6 +24,7 @@ float event_elapsed_ms(void* start, void* end);
 
 void* cache_allocate(int device, size_t bytes, void* stream);
 void cache_free(int device, void* ptr, size_t bytes);
+void cache_record_stream(int device, void* ptr, void* stream);
 AllocatorStats cache_stats(int device);
 void cache_reset_peak(int device);
 void cache_empty(int device);

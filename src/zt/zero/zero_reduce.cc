@@ -1,0 +1,131 @@
+// ZeroState's gradient reduction (zero_state.h): units join a bucket as backward finishes them
+// (grad_bucket.h), a flushed bucket is one coalesced collective (stage 0: all-reduce of the full
+// gradients in place; stages 1-3: reduce-scatter into fresh own-chunk buffers), and completing it
+// scales the result and adds it into the unit's grad_shard. Stages 0-1 reduce only at the
+// accumulation boundary, stages 2-3 every micro-step.
+//
+// With overlap_comm, up to kInFlight buckets stay in flight while backward goes on (on the GPU
+// on the communication stream, on the CPU on Gloo's worker thread); completing the oldest makes
+// the compute stream (GPU) or the host (CPU) wait for it. Without, each bucket is completed as it
+// is issued: on the GPU everything is then ordered on the compute stream, on the CPU the host
+// waits for Gloo. The result is the same sum whatever the bucketing: each unit's gradient is
+// scaled, summed over ranks and scaled again exactly as with one collective per unit.
+#include <utility>
+
+#include "zt/kernels/ops.h"
+#include "zt/zero/zero_state.h"
+
+namespace zt::zero {
+namespace {
+
+// Buckets in flight with overlap_comm: one being reduced while the next fills, as DeepSpeed's
+// two alternating buffers.
+constexpr size_t kInFlight = 2;
+
+}  // namespace
+
+void ZeroState::scale_pre(Tensor& g) {
+  const int W = world_size();
+  if (options_.prescale) {
+    if (W > 1) kernels::scale_inplace(g, 1.0f / static_cast<float>(W), options_.stream);
+  } else if (options_.predivide_factor != 1.0) {
+    kernels::scale_inplace(g, static_cast<float>(1.0 / options_.predivide_factor), options_.stream);
+  }
+}
+
+void ZeroState::scale_post(Tensor& g) {
+  const int W = world_size();
+  if (options_.prescale) return;
+  const double f = options_.predivide_factor / W;
+  if (f != 1.0) kernels::scale_inplace(g, static_cast<float>(f), options_.stream);
+}
+
+void ZeroState::ensure_grad(int u) {
+  UnitState& st = units_[u];
+  if (st.grad.defined()) return;
+  st.grad = Tensor::zeros({st.padded}, kernels::accum_dtype(options_.compute_dtype),
+                          options_.device, options_.stream);
+  model_.units()[u]->bind_grads(st.grad);
+}
+
+void ZeroState::bucket_unit(int u) {
+  const int64_t elems = units_[u].padded;
+  if (bucket_.overflows_with(elems)) flush_bucket();
+  bucket_.add(u, elems);
+  if (bucket_.full()) flush_bucket();
+}
+
+void ZeroState::flush_bucket() {
+  if (bucket_.empty()) return;
+  Communicator& comm = *options_.comm;
+  const Stream& s = options_.stream;
+  PendingReduce p;
+  p.units = bucket_.take();
+  std::vector<Tensor> ins;
+  for (int u : p.units) {
+    UnitState& st = units_[u];
+    scale_pre(st.grad);  // on the compute stream, before the lane's begin()
+    ins.push_back(st.grad);
+  }
+  std::vector<Tensor> used = ins;
+  lane_.begin();
+  if (options_.stage == 0) {
+    p.outs = ins;
+    p.handle = comm.all_reduce_coalesced(p.outs, ReduceOp::kSum, lane_.stream());
+  } else {
+    for (int u : p.units) {
+      // On the compute stream, which reads it in complete_reduce; the lane writes it.
+      p.outs.push_back(
+          Tensor::empty({units_[u].shard}, units_[u].grad.dtype(), options_.device, s));
+      used.push_back(p.outs.back());
+    }
+    p.handle = comm.reduce_scatter_coalesced(p.outs, ins, ReduceOp::kSum, lane_.stream());
+  }
+  p.done = lane_.end(used);
+  if (options_.stage >= 2) {
+    // The units let go of their full gradients; the memory is reused once the collective is
+    // done (Gloo's worker holds them until then; on a GPU they were marked as used on its stream).
+    for (int u : p.units) {
+      units_[u].grad = Tensor();
+      model_.units()[u]->bind_grads(Tensor());
+    }
+  }
+  pending_.push_back(std::move(p));
+  const size_t in_flight = options_.overlap == CommOverlap::kOn ? kInFlight : 0;
+  while (pending_.size() > in_flight) {
+    complete_reduce(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+void ZeroState::complete_reduce(PendingReduce& p) {
+  if (options_.device.is_cuda()) {
+    // The compute stream waits for the collective (nothing to wait for when it ran there); the
+    // host waits for its handle once per pass, in finish_pass.
+    lane_.consume(p.done);
+    keep_stream_handle(std::move(p.handle));
+  } else {
+    record(p.handle.wait());
+  }
+  for (size_t i = 0; i < p.units.size(); ++i) {
+    scale_post(p.outs[i]);
+    if (options_.stage >= 1) {
+      kernels::add_inplace(units_[p.units[i]].grad_shard, p.outs[i], options_.stream);
+    }
+  }
+}
+
+Status ZeroState::finish_pass() {
+  flush_bucket();  // the end of backward (a no-op after a forward)
+  while (!pending_.empty()) {
+    complete_reduce(pending_.front());
+    pending_.pop_front();
+  }
+  for (auto& h : stream_handles_) record(h.wait());
+  stream_handles_.clear();
+  Status s = hook_status_;
+  hook_status_ = Status::ok();
+  return s;
+}
+
+}  // namespace zt::zero
