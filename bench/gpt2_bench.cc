@@ -5,7 +5,9 @@
 //
 //   zt_bench_gpt2 [--model gpt2] [--batch 16] [--seq 1024] [--dtype bf16] [--steps 20] [--warmup 5]
 //                 [--stage N] [--offload-optimizer none|cpu] [--pin-memory true|false]
+//                 [--zero-keys '"reduce_bucket_size": 5e7, "overlap_comm": true']
 //
+// --zero-keys adds members to the zero_optimization block (needs --stage).
 // --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
 // {device: cpu, pin_memory: --pin-memory, default true}: ZeRO-Offload, the fp32 master weights and
 // Adam state in host memory, stepped by the CPU; the JSON line then also has the median host
@@ -47,6 +49,7 @@ struct Args {
   int stage = -1;  // -1: no zero_optimization block (DeepSpeed's default, stage 0)
   std::string offload_optimizer = "none";
   std::string pin_memory = "true";
+  std::string zero_keys;  // more zero_optimization keys, as JSON members ("k": v, ...)
 };
 
 Args parse(int argc, char** argv) {
@@ -81,6 +84,8 @@ Args parse(int argc, char** argv) {
       a.offload_optimizer = v;
     } else if (k == "--pin-memory") {
       a.pin_memory = v;
+    } else if (k == "--zero-keys") {
+      a.zero_keys = v;
     } else {
       std::fprintf(stderr, "zt_bench_gpt2: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -98,6 +103,10 @@ Args parse(int argc, char** argv) {
   }
   if (a.offload_optimizer == "cpu" && a.stage < 1) {
     std::fprintf(stderr, "zt_bench_gpt2: --offload-optimizer cpu needs --stage 1, 2 or 3\n");
+    std::exit(2);
+  }
+  if (!a.zero_keys.empty() && a.stage < 0) {
+    std::fprintf(stderr, "zt_bench_gpt2: --zero-keys needs --stage\n");
     std::exit(2);
   }
   return a;
@@ -140,8 +149,9 @@ int main(int argc, char** argv) {
           : fmt::format(R"(, "offload_optimizer": {{"device": "cpu", "pin_memory": {}}})",
                         a.pin_memory);
   std::string zero = a.stage < 0 ? ""
-                                 : fmt::format(R"(, "zero_optimization": {{"stage": {}{}}})",
-                                               a.stage, offload_json);
+                                 : fmt::format(R"(, "zero_optimization": {{"stage": {}{}{}}})",
+                                               a.stage, offload_json,
+                                               a.zero_keys.empty() ? "" : ", " + a.zero_keys);
   std::string json = fmt::format(
       R"({{"train_batch_size": {}, "train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
           "optimizer": {{"type": "AdamW", "params": {{"lr": 6e-4, "betas": [0.9, 0.95],
@@ -248,6 +258,7 @@ int main(int argc, char** argv) {
                         {"seq", a.seq},
                         {"dtype", a.dtype},
                         {"world_size", world},
+                        {"zero_keys", a.zero_keys},
                         {"stage", cfg->zero.stage},
                         {"steps", a.steps},
                         {"step_ms_median", median},

@@ -22,7 +22,8 @@
 # time: under 8 minutes (no torch.compile here).
 #
 # Knobs: ZT_DIST_PARTS (default abcd), ZT_BENCH_STEPS (timed steps, default 20),
-# ZT_DIST_MODELS (model:micro-batch list, default "gpt2:16 gpt-1.3b:4").
+# ZT_DIST_MODELS (model:micro-batch list, default "gpt2:16 gpt-1.3b:4"), ZT_BENCH_ZERO_KEYS (part d's
+# extra zero_optimization members for ZeroTrain).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -40,6 +41,10 @@ bin=$root/gpu_bundle/bin
 parts=${ZT_DIST_PARTS:-abcd}
 steps=${ZT_BENCH_STEPS:-20}
 models=${ZT_DIST_MODELS:-gpt2:16 gpt-1.3b:4}
+# Part d's zero_optimization tuning for every stage: buckets of 5e7 elements reduced on the
+# communication stream while backward runs (DeepSpeed's defaults, 5e8 and overlap only at stage 3,
+# would reduce all of GPT-2 124M after backward).
+zero_keys=${ZT_BENCH_ZERO_KEYS:-\"reduce_bucket_size\": 50000000, \"overlap_comm\": true}
 port=29600
 
 # zt launch on both GPUs, a fresh rendezvous port each time (no wait for a closing socket).
@@ -147,7 +152,8 @@ if [[ $parts == *d* ]]; then
     for stage in 0 1 2 3; do
       log=$out/zero_zt_${model}_s$stage.log
       zt_launch 240 "$bin"/zt_bench_gpt2 --model "$model" --batch "$batch" --seq 1024 \
-        --dtype bf16 --steps "$steps" --stage "$stage" >>"$out/zero.jsonl" 2>"$log" ||
+        --dtype bf16 --steps "$steps" --stage "$stage" --zero-keys "$zero_keys" \
+        >>"$out/zero.jsonl" 2>"$log" ||
         { d_rc=1; echo "zerotrain $model stage $stage failed:"; tail -3 "$log"; }
     done
     for impl in ddp fsdp2-reshard fsdp2-noreshard; do
