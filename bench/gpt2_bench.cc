@@ -148,10 +148,10 @@ int main(int argc, char** argv) {
           ? ""
           : fmt::format(R"(, "offload_optimizer": {{"device": "cpu", "pin_memory": {}}})",
                         a.pin_memory);
-  std::string zero = a.stage < 0 ? ""
-                                 : fmt::format(R"(, "zero_optimization": {{"stage": {}{}{}}})",
-                                               a.stage, offload_json,
-                                               a.zero_keys.empty() ? "" : ", " + a.zero_keys);
+  std::string zero = a.stage < 0
+                         ? ""
+                         : fmt::format(R"(, "zero_optimization": {{"stage": {}{}{}}})", a.stage,
+                                       offload_json, a.zero_keys.empty() ? "" : ", " + a.zero_keys);
   std::string json = fmt::format(
       R"({{"train_batch_size": {}, "train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
           "optimizer": {{"type": "AdamW", "params": {{"lr": 6e-4, "betas": [0.9, 0.95],

@@ -12,7 +12,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 SIZES = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
-         "gpt2-xl": (48, 25, 1600), "gpt-1.3b": (24, 16, 2048)}
+         "gpt2-xl": (48, 25, 1600), "gpt-1.3b": (24, 16, 2048), "gpt-2.7b": (32, 32, 2560),
+         "gpt-6.7b": (32, 32, 4096), "gpt-13b": (40, 40, 5120), "gpt-20b": (44, 48, 6144),
+         "gpt-30b": (48, 56, 7168)}
 
 
 class Block(nn.Module):

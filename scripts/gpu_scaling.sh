@@ -36,7 +36,11 @@
 # with other parts adds its rows to the same table). Exits non-zero when a run of part 1, 2 or 4
 # failed or was skipped, or when part 3 or 5 could not train even its first model.
 #
-# Knobs: ZT_SCALING_PARTS (default 123), ZT_SCALING_STEPS (timed steps of parts 1-2, default 15),
+# Knobs: ZT_SCALING_MODEL / ZT_SCALING_BATCH (parts 1, 2, 4; default gpt-1.3b / 4),
+# ZT_SCALING_STAGES (part 1, default "3 2 1"), ZT_SCALING_TORCH (part 2's impls, default
+# "fsdp2-reshard ddp"), ZT_SCALING_COUNTS (GPU counts, default "1 2 4" and all),
+# ZT_SCALING_OFFLOAD_COUNTS (part 4, default the same), ZT_BENCH_ZERO_KEYS (ZeroTrain's extra
+# zero_optimization members), ZT_SCALING_PARTS (default 123), ZT_SCALING_STEPS (timed steps of parts 1-2, default 15),
 # ZT_SCALING_OFFLOAD_STEPS (part 4, default 8), ZT_SCALING_LADDER (part 3's names, smallest
 # first), ZT_SCALING_OFFLOAD_LADDER (part 5's), ZT_SCALING_BUDGET_S (default 480),
 # ZT_SCALING_RUN_CAP_S (one run at most, default 150), ZT_SCALING_FRESH=1 (empty runs.jsonl
@@ -60,7 +64,12 @@ steps=${ZT_SCALING_STEPS:-15}
 warmup=3
 offload_steps=${ZT_SCALING_OFFLOAD_STEPS:-8}
 offload_warmup=2
-model=gpt-1.3b batch=4 seq=1024
+model=${ZT_SCALING_MODEL:-gpt-1.3b} batch=${ZT_SCALING_BATCH:-4} seq=1024
+stages=${ZT_SCALING_STAGES:-3 2 1}
+torch_impls=${ZT_SCALING_TORCH:-fsdp2-reshard ddp}
+# ZeroTrain's zero_optimization tuning in every run: buckets of 5e7 elements reduced on the
+# communication stream while backward runs.
+zero_keys=${ZT_BENCH_ZERO_KEYS:-\"reduce_bucket_size\": 50000000, \"overlap_comm\": true}
 # gpt2-xl (48 x 1600, 1.56B parameters) is larger than gpt-1.3b (24 x 2048, 1.31B) despite its
 # name; the GPT-3 paper's sizes after it are tried if zt knows them.
 ladder=${ZT_SCALING_LADDER:-gpt-1.3b gpt2-xl gpt-2.7b gpt-6.7b gpt-13b}
@@ -90,8 +99,9 @@ if ((ngpu < 1)); then
 fi
 # GPU counts: 1, 2, 4 as far as the machine has them, and all of them.
 counts=()
-for c in 1 2 4; do ((c <= ngpu)) && counts+=("$c"); done
-[[ " ${counts[*]} " == *" $ngpu "* ]] || counts+=("$ngpu")
+for c in ${ZT_SCALING_COUNTS:-1 2 4}; do ((c <= ngpu)) && counts+=("$c"); done
+[[ -n ${ZT_SCALING_COUNTS:-} || " ${counts[*]} " == *" $ngpu "* ]] || counts+=("$ngpu")
+offload_counts=(${ZT_SCALING_OFFLOAD_COUNTS:-${counts[*]}})
 # A call with only parts 2, 4 or 5 adds its rows to an earlier call's table.
 if [[ ${ZT_SCALING_FRESH:-0} == 1 || $parts == *1* || $parts == *3* || ! -f $out/runs.jsonl ]]; then
   : >"$out/runs.jsonl"
@@ -149,20 +159,20 @@ run_one() {
 }
 
 if [[ $parts == *1* ]]; then
-  echo "== (1) ZeroTrain $model, micro-batch $batch/GPU, seq $seq, bf16, stages 3 and 1 on ${counts[*]} GPUs"
-  for stage in 3 1; do
+  echo "== (1) ZeroTrain $model, micro-batch $batch/GPU, seq $seq, bf16, stages $stages on ${counts[*]} GPUs"
+  for stage in $stages; do
     for n in "${counts[@]}"; do
       zt_cmd "$n"
       run_one 1 "zt_s${stage}_n$n" "zerotrain-s$stage" "$n" "$model" "$batch" "${deadline[1]}" \
         "${cmd[@]}" --model "$model" --batch "$batch" --seq "$seq" --dtype bf16 \
-        --steps "$steps" --warmup "$warmup" --stage "$stage"
+        --steps "$steps" --warmup "$warmup" --stage "$stage" --zero-keys "$zero_keys"
     done
   done
 fi
 
 if [[ $parts == *2* ]]; then
-  echo "== (2) PyTorch FSDP2 (reshard) and DDP, same model, batch and sequence, on ${counts[*]} GPUs"
-  for impl in fsdp2-reshard ddp; do
+  echo "== (2) PyTorch ($torch_impls), same model, batch and sequence, on ${counts[*]} GPUs"
+  for impl in $torch_impls; do
     for n in "${counts[@]}"; do
       torch_cmd "$n"
       run_one 2 "torch_${impl}_n$n" "torch-$impl" "$n" "$model" "$batch" "${deadline[2]}" \
@@ -177,7 +187,8 @@ if [[ $parts == *3* ]]; then
   for m in $ladder; do
     zt_cmd "$ngpu"
     run_one 3 "largest_$m" zerotrain-s3 "$ngpu" "$m" 1 "${deadline[3]}" \
-      "${cmd[@]}" --model "$m" --batch 1 --seq "$seq" --dtype bf16 --steps 5 --warmup 2 --stage 3
+      "${cmd[@]}" --model "$m" --batch 1 --seq "$seq" --dtype bf16 --steps 5 --warmup 2 --stage 3 \
+      --zero-keys "$zero_keys"
     [[ $rc == 0 ]] && continue
     # A name zt does not know is no failure to train: the next name may still be known.
     [[ $rc != skipped ]] && grep -q "unknown model" "$out/largest_$m.log" && continue
@@ -187,13 +198,14 @@ fi
 
 if [[ $parts == *4* ]]; then
   echo "== (4) stage 3 + CPU optimizer offload, ZeroTrain and FSDP2 CPUOffloadPolicy, $model, micro-batch $batch/GPU, on ${counts[*]} GPUs"
-  for n in "${counts[@]}"; do
+  for n in "${offload_counts[@]}"; do
     zt_cmd "$n" --bind_cores_to_rank
     run_one 4 "zt_s3off_n$n" zerotrain-s3-offload "$n" "$model" "$batch" "${deadline[4]}" \
       "${cmd[@]}" --model "$model" --batch "$batch" --seq "$seq" --dtype bf16 \
-      --steps "$offload_steps" --warmup "$offload_warmup" --stage 3 --offload-optimizer cpu
+      --steps "$offload_steps" --warmup "$offload_warmup" --stage 3 --offload-optimizer cpu \
+      --zero-keys "$zero_keys"
   done
-  for n in "${counts[@]}"; do
+  for n in "${offload_counts[@]}"; do
     torch_cmd "$n" OMP_NUM_THREADS=$((ncores / n > 0 ? ncores / n : 1))
     run_one 4 "torch_fsdp2-offload_n$n" torch-fsdp2-offload "$n" "$model" "$batch" "${deadline[4]}" \
       "${cmd[@]}" --impl fsdp2-offload --model "$model" --batch "$batch" --seq "$seq" \
@@ -207,7 +219,7 @@ if [[ $parts == *5* ]]; then
     zt_cmd "$ngpu" --bind_cores_to_rank
     run_one 5 "largest_offload_$m" zerotrain-s3-offload "$ngpu" "$m" 1 "${deadline[5]}" \
       "${cmd[@]}" --model "$m" --batch 1 --seq "$seq" --dtype bf16 --steps 5 --warmup 2 \
-      --stage 3 --offload-optimizer cpu
+      --stage 3 --offload-optimizer cpu --zero-keys "$zero_keys"
     [[ $rc == 0 ]] && continue
     [[ $rc != skipped ]] && grep -q "unknown model" "$out/largest_offload_$m.log" && continue
     break

@@ -25,8 +25,8 @@ optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config) {
   spec.eps = o.eps;
   spec.weight_decay = o.weight_decay;
   spec.adam_mode = o.adam_w_mode ? kernels::AdamMode::kAdamW : kernels::AdamMode::kL2;
-  spec.bias_correction = o.bias_correction ? kernels::BiasCorrection::kOn
-                                           : kernels::BiasCorrection::kOff;
+  spec.bias_correction =
+      o.bias_correction ? kernels::BiasCorrection::kOn : kernels::BiasCorrection::kOff;
   spec.momentum = o.momentum;
   spec.dampening = o.dampening;
   spec.nesterov = o.nesterov;
@@ -94,9 +94,10 @@ Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConf
   ZT_RETURN_IF_ERROR(device_check(options.device));
   const int world = options.comm != nullptr ? options.comm->world_size() : 1;
   if (config.world_size != world) {
-    return invalid_argument("the config's batch sizes were resolved for a data-parallel size of "
-                            "{}, but this job has {} rank(s); resolve it with world size {}",
-                            config.world_size, world, world);
+    return invalid_argument(
+        "the config's batch sizes were resolved for a data-parallel size of "
+        "{}, but this job has {} rank(s); resolve it with world size {}",
+        config.world_size, world, world);
   }
   if (options.comm != nullptr && options.comm->device() != options.device) {
     return invalid_argument("the communicator is on {} but the engine on {}",
@@ -104,9 +105,11 @@ Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConf
   }
   if (world > 1 && config.zero.stage >= 1 && config.optimizer.present &&
       config.optimizer.type == "lamb") {
-    return invalid_argument("optimizer Lamb needs whole parameter tensors for its trust ratio; "
-                            "with ZeRO stage {} on {} ranks they are split. Use Adam/AdamW, or "
-                            "zero_optimization.stage 0", config.zero.stage, world);
+    return invalid_argument(
+        "optimizer Lamb needs whole parameter tensors for its trust ratio; "
+        "with ZeRO stage {} on {} ranks they are split. Use Adam/AdamW, or "
+        "zero_optimization.stage 0",
+        config.zero.stage, world);
   }
   for (const auto& w : config.warnings) ZT_LOG_WARN("{}", w);
   if (!config.ignored_top_level_keys.empty()) {
@@ -119,8 +122,9 @@ Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConf
                 *config.grad_accum_dtype);
   }
   if (!config.optimizer.present) {
-    ZT_LOG_WARN("ds_config has no \"optimizer\" block: using AdamW with DeepSpeed's defaults "
-                "(lr 1e-3, betas [0.9, 0.999], eps 1e-8, weight_decay 0)");
+    ZT_LOG_WARN(
+        "ds_config has no \"optimizer\" block: using AdamW with DeepSpeed's defaults "
+        "(lr 1e-3, betas [0.9, 0.999], eps 1e-8, weight_decay 0)");
   }
   ZT_RETURN_IF_ERROR(offload_check(config, options.device));
   std::unique_ptr<LrScheduler> scheduler;
@@ -154,26 +158,25 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
     comm_ = own_comm_.get();
   }
   const ZeroConfig& z = config.zero;
-  zero::ZeroOptions zo{
-      .device = dev,
-      .stream = ctx_.stream,
-      .compute_dtype = ctx_.compute_dtype,
-      .round_dtype = round_dtype_,
-      .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
-      .stage = z.stage,
-      .comm = comm_,
-      .persistence_threshold = z.stage3_param_persistence_threshold,
-      .prefetch_elements = z.stage3_prefetch_bucket_size,
-      .max_live_elements = z.stage3_max_live_parameters,
-      .predivide_factor = config.gradient_predivide_factor,
-      .prescale = config.prescale_gradients,
-      .reduce_bucket_elements = z.reduce_bucket_size,
-      .overlap = z.overlap_comm ? zero::CommOverlap::kOn : zero::CommOverlap::kOff,
-      .optimizer_placement = optimizer_placement(z, dev),
-      .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
-                                 ? zero::OffloadGranularity::kParamTensors
-                                 : zero::OffloadGranularity::kPieces,
-      .offload_piece_elements = options.offload_piece_elements};
+  zero::ZeroOptions zo{.device = dev,
+                       .stream = ctx_.stream,
+                       .compute_dtype = ctx_.compute_dtype,
+                       .round_dtype = round_dtype_,
+                       .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
+                       .stage = z.stage,
+                       .comm = comm_,
+                       .persistence_threshold = z.stage3_param_persistence_threshold,
+                       .prefetch_elements = z.stage3_prefetch_bucket_size,
+                       .max_live_elements = z.stage3_max_live_parameters,
+                       .predivide_factor = config.gradient_predivide_factor,
+                       .prescale = config.prescale_gradients,
+                       .reduce_bucket_elements = z.reduce_bucket_size,
+                       .overlap = z.overlap_comm ? zero::CommOverlap::kOn : zero::CommOverlap::kOff,
+                       .optimizer_placement = optimizer_placement(z, dev),
+                       .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
+                                                  ? zero::OffloadGranularity::kParamTensors
+                                                  : zero::OffloadGranularity::kPieces,
+                       .offload_piece_elements = options.offload_piece_elements};
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
@@ -214,8 +217,10 @@ double Engine::lr() const {
 
 Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
   if (tokens.ndim() != 2 || tokens.dtype() != DType::i32 || !(tokens.shape() == targets.shape())) {
-    return invalid_argument("forward expects tokens and targets of one shape (batch, seq) i32, "
-                            "got {} and {}", tokens.shape().str(), targets.shape().str());
+    return invalid_argument(
+        "forward expects tokens and targets of one shape (batch, seq) i32, "
+        "got {} and {}",
+        tokens.shape().str(), targets.shape().str());
   }
   const int64_t vocab = model_.vocab_size();
   if (vocab > 0) {
@@ -224,9 +229,11 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
       const int32_t* p = h.data<int32_t>();
       for (int64_t i = 0; i < h.numel(); ++i) {
         if (p[i] < 0 || p[i] >= vocab) {
-          return invalid_argument("token id {} at position {} is outside the model's vocabulary "
-                                  "of {}; use a model with a larger vocabulary (--vocab-size) or "
-                                  "a token file made for this one", p[i], i, vocab);
+          return invalid_argument(
+              "token id {} at position {} is outside the model's vocabulary "
+              "of {}; use a model with a larger vocabulary (--vocab-size) or "
+              "a token file made for this one",
+              p[i], i, vocab);
         }
       }
     }
@@ -322,7 +329,8 @@ Status Engine::apply_step(StepStats& stats) {
   // Global gradient norm: each rank's own chunks, summed over ranks (stage 0: every rank holds
   // the whole all-reduced gradient, so its local sum is already global).
   norm_acc_.zero(s);
-  for (int u = 0; u < n_units; ++u) kernels::sum_squares_accumulate(norm_acc_, zero_->step_grad(u), s);
+  for (int u = 0; u < n_units; ++u)
+    kernels::sum_squares_accumulate(norm_acc_, zero_->step_grad(u), s);
   std::vector<double> sumsq{norm_acc_.item()};
   if (sharded) ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(sumsq, ReduceOp::kSum));
   const double total = std::sqrt(sumsq[0]);  // norm of the scaled gradients
@@ -361,8 +369,8 @@ Status Engine::apply_step(StepStats& stats) {
     c.grad = zero_->step_grad(u).data<float>() + offset;
     if (!b.state.empty()) c.state1 = b.state[0].data<float>() + offset;
     if (b.state.size() > 1) c.state2 = b.state[1].data<float>() + offset;
-    if (write_lowp) {
-      Tensor own = zero_->own_compute_chunk(u);
+    Tensor own = write_lowp ? zero_->own_compute_chunk(u) : Tensor();
+    if (own.defined()) {  // undefined: stage 3 casts the chunk from the master at each gather
       c.param_lowp = static_cast<char*>(own.data()) + offset * dtype_size(own.dtype());
       c.lowp_dtype = own.dtype();
     }
@@ -372,7 +380,8 @@ Status Engine::apply_step(StepStats& stats) {
   if (optimizer_.spec().kind == optim::OptimizerKind::kLamb) {
     // Whole parameter tensors (initialize() refused Lamb where ZeRO splits them).
     for (int u = 0; u < n_units; ++u) {
-      for (nn::Param* p : model_.units()[u]->params()) chunks.push_back(chunk_at(u, p->offset, p->numel()));
+      for (nn::Param* p : model_.units()[u]->params())
+        chunks.push_back(chunk_at(u, p->offset, p->numel()));
     }
   } else {
     for (int u = 0; u < n_units; ++u) chunks.push_back(chunk_at(u, 0, units[u].master.numel()));

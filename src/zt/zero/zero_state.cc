@@ -40,13 +40,18 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
   for (nn::Param* p : unit.params()) {
     float* dst = out + p->offset;
     switch (p->init) {
-      case nn::ParamInit::kZeros: std::fill(dst, dst + p->numel(), 0.0f); break;
-      case nn::ParamInit::kOnes: std::fill(dst, dst + p->numel(), 1.0f); break;
+      case nn::ParamInit::kZeros:
+        std::fill(dst, dst + p->numel(), 0.0f);
+        break;
+      case nn::ParamInit::kOnes:
+        std::fill(dst, dst + p->numel(), 1.0f);
+        break;
       case nn::ParamInit::kNormal: {
         const uint64_t name_seed = seed ^ std::hash<std::string>{}(p->name);
         for (int64_t b = 0; b < p->numel(); b += kInitBlock) {
-          blocks.push_back({p, b, std::min(p->numel(), b + kInitBlock),
-                            name_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(b / kInitBlock)});
+          blocks.push_back(
+              {p, b, std::min(p->numel(), b + kInitBlock),
+               name_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(b / kInitBlock)});
         }
         break;
       }
@@ -98,13 +103,17 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     if (u.persistent) {
       u.value = Tensor::empty({u.padded}, options.compute_dtype, dev, s);
       round_into(u.value, full, options.round_dtype, s);
+    } else if (dev.is_cuda() && !master_shared() && !offloaded() &&
+               options.round_dtype == options.compute_dtype) {
+      u.shard_from_master = true;
     } else {
       u.value_shard = Tensor::empty({u.shard}, options.compute_dtype, dev, s);
       round_into(u.value_shard, own, options.round_dtype, s);
     }
     if (master_shared()) {
-      u.master = stage == 0 ? u.value
-                            : (u.persistent ? u.value.view(u.shard_offset, {u.shard}) : u.value_shard);
+      u.master = stage == 0
+                     ? u.value
+                     : (u.persistent ? u.value.view(u.shard_offset, {u.shard}) : u.value_shard);
     } else if (offloaded()) {
       u.master = host_buffer({u.shard});
       u.master.copy_from(host.view(u.shard_offset, {u.shard}));
@@ -159,7 +168,8 @@ Tensor& ZeroState::step_grad(int u) {
 Tensor ZeroState::own_compute_chunk(int u) {
   UnitState& st = units_[u];
   if (options_.stage == 0) return st.value;
-  return st.persistent ? st.value.view(st.shard_offset, {st.shard}) : st.value_shard;
+  if (st.persistent) return st.value.view(st.shard_offset, {st.shard});
+  return st.value_shard;  // undefined when shard_from_master
 }
 
 Status ZeroState::publish_params(bool lowp_written) {
@@ -168,6 +178,7 @@ Status ZeroState::publish_params(bool lowp_written) {
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& st = units_[i];
     Tensor own = own_compute_chunk(static_cast<int>(i));
+    if (st.shard_from_master) continue;  // cast from the master when next gathered
     if (!master_shared() && !lowp_written) round_into(own, st.master, options_.round_dtype, s);
     if (options_.stage >= 1 && st.persistent && world_size() > 1) {
       Tensor send = own.clone(s);
@@ -231,9 +242,16 @@ CommHandle ZeroState::issue_gather(int u, CommDone& done) {
   // Allocated on the compute stream, which uses it; lane_.begin() makes the lane wait for the
   // block's earlier users and for the optimizer's last write of value_shard.
   st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
+  Tensor send = st.value_shard;
+  if (st.shard_from_master) {
+    // The own chunk in the compute dtype, from the master the optimizer last wrote (both on the
+    // compute stream, which the lane waits for below).
+    send = Tensor::empty({st.shard}, options_.compute_dtype, options_.device, options_.stream);
+    kernels::cast(send, st.master, options_.stream);
+  }
   lane_.begin();
-  CommHandle h = options_.comm->all_gather(st.value, st.value_shard, lane_.stream());
-  const Tensor used[] = {st.value, st.value_shard};
+  CommHandle h = options_.comm->all_gather(st.value, send, lane_.stream());
+  const Tensor used[] = {st.value, send};
   done = lane_.end(used);
   live_elements_ += st.padded;
   return h;

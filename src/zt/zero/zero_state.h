@@ -63,12 +63,12 @@ struct ZeroOptions {
   DType round_dtype = DType::f32;    // the training precision; != compute only on the CPU
   int optimizer_states = 2;          // fp32 buffers per element (Adam 2, SGD+momentum 1)
   int stage = 0;
-  Communicator* comm = nullptr;  // required
-  int64_t persistence_threshold = 100000;  // stage 3: units at most this large stay whole
-  int64_t prefetch_elements = 50000000;    // stage 3: prefetch the next unit if not larger
-  int64_t max_live_elements = 1000000000;  // stage 3: gathered elements at most
-  double predivide_factor = 1.0;           // gradient_predivide_factor
-  bool prescale = false;                   // prescale_gradients
+  Communicator* comm = nullptr;                // required
+  int64_t persistence_threshold = 100000;      // stage 3: units at most this large stay whole
+  int64_t prefetch_elements = 50000000;        // stage 3: prefetch the next unit if not larger
+  int64_t max_live_elements = 1000000000;      // stage 3: gathered elements at most
+  double predivide_factor = 1.0;               // gradient_predivide_factor
+  bool prescale = false;                       // prescale_gradients
   int64_t reduce_bucket_elements = 500000000;  // reduce_bucket_size: padded elements per bucket
   CommOverlap overlap = CommOverlap::kOff;     // overlap_comm (resolved: stage 3 => on)
   // Offload (stages 1-3). The engine asks for a host placement only on a CUDA device; on the CPU
@@ -87,9 +87,12 @@ struct UnitState {
   bool persistent = true;    // compute copy kept whole (stages 0-2, small units at stage 3)
   Tensor value;              // full compute copy (stage 3: only while gathered, unless persistent)
   Tensor value_shard;        // stage 3, not persistent: the own chunk of the compute copy
-  Tensor grad;               // full gradient (stages 2-3: from its backward until reduced)
-  Tensor grad_shard;         // stages 1-3: own chunk of the reduced, averaged gradient (f32)
-  Tensor master;             // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
+  // Stage 3, not persistent, 16-bit on a GPU without offload: value_shard is not kept; each
+  // gather casts the own chunk from the fp32 master (2 bytes per parameter / W saved, as FSDP2).
+  bool shard_from_master = false;
+  Tensor grad;                // full gradient (stages 2-3: from its backward until reduced)
+  Tensor grad_shard;          // stages 1-3: own chunk of the reduced, averaged gradient (f32)
+  Tensor master;              // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
   std::vector<Tensor> state;  // optimizer state, same extent as master
   // (master and state are in host memory when offloaded: ZeroOptions::optimizer_placement)
   int gather_refs = 0;
@@ -145,7 +148,8 @@ class ZeroState : public nn::UnitHooks {
   // The gradient the optimizer step reads for unit u: the full all-reduced gradient (stage 0) or
   // the own reduced chunk (stages 1-3).
   Tensor& step_grad(int u);
-  // Where the own chunk of unit u's compute copy lives (the optimizer writes it).
+  // Where the own chunk of unit u's compute copy lives (the optimizer writes it); undefined for a
+  // unit whose chunk is cast from the master at each gather (UnitState::shard_from_master).
   Tensor own_compute_chunk(int u);
   // After the optimizer updated the master weights: refreshes the compute copy's own chunks
   // (`lowp_written`: the optimizer already wrote them) and all-gathers them (stages 1-2, and
