@@ -52,11 +52,14 @@ def fsdp2_api():
     return fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy
 
 
-def init_distributed(dev):
+def init_distributed(dev, impl):
+    # With CPU offload the gradients are CPU DTensors: clipping all-reduces their norm on the CPU,
+    # which needs a Gloo group next to NCCL.
+    backend = "cpu:gloo,cuda:nccl" if impl == "fsdp2-offload" else "nccl"
     try:
-        dist.init_process_group("nccl", device_id=dev)
+        dist.init_process_group(backend, device_id=dev)
     except TypeError:  # torch before 2.3 has no device_id
-        dist.init_process_group("nccl")
+        dist.init_process_group(backend)
 
 
 def wrap(model, impl, local_rank):
@@ -87,7 +90,7 @@ def main():
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     dev = torch.device("cuda", local_rank)
-    init_distributed(dev)
+    init_distributed(dev, a.impl)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.backends.cuda.matmul.allow_tf32 = True
 

@@ -50,7 +50,7 @@ port = [29700 + (os.getpid() % 200)]
 failures, passed = [], 0
 
 
-def config(stage, gas, precision, path, zero_extra=None):
+def config(stage, gas, precision, path, zero_extra=None, top_extra=None):
     cfg = {"train_batch_size": 16, "gradient_accumulation_steps": gas, "gradient_clipping": 0.5,
            "zero_allow_untested_optimizer": True,
            "optimizer": {"type": "SGD",
@@ -58,6 +58,7 @@ def config(stage, gas, precision, path, zero_extra=None):
            "zero_optimization": {"stage": stage, "reduce_bucket_size": 50000,
                                  "stage3_param_persistence_threshold": 5000}}
     cfg["zero_optimization"].update(zero_extra or {})
+    cfg.update(top_extra or {})
     if precision == "bf16":
         cfg["bf16"] = {"enabled": True}
     elif precision == "fp16":
@@ -68,10 +69,10 @@ def config(stage, gas, precision, path, zero_extra=None):
         json.dump(cfg, f)
 
 
-def run(world, stage, gas, precision, zero_extra=None, extra_args=(), tag=""):
+def run(world, stage, gas, precision, zero_extra=None, extra_args=(), tag="", top_extra=None):
     name = f"w{world}_s{stage}_g{gas}_{precision}{tag}"
     cfg = os.path.join(TMP, name + ".json")
-    config(stage, gas, precision, cfg, zero_extra)
+    config(stage, gas, precision, cfg, zero_extra, top_extra)
     metrics, params = os.path.join(TMP, name + ".jsonl"), os.path.join(TMP, name + ".bin")
     train = [ZT, "train", "--config", cfg, "--device", "cpu", "--steps", str(STEPS), "--seq-len",
              "32", "--sample-tokens", "0", "--order", "sequential", "--metrics-out", metrics,
@@ -106,6 +107,7 @@ def rel_norm(a, b):
 
 
 reference = {}
+fp32_runs = {}  # stage -> (single-process steps, its parameters, world 2's rel. norm difference)
 worlds = [2] if QUICK else [2, 4]
 cases = [(1, "fp32"), (2, "fp32"), (2, "bf16"), (2, "fp16")]
 for gas, precision in cases:
@@ -130,6 +132,8 @@ for gas, precision in cases:
                   f"relative norm difference {pn:.3g}, worst element {elem:.3g} of max|p| (tol {tol})")
             if precision == "fp32" and gas == 1:
                 reference.setdefault(world, {})[stage] = run_rec["model_state_bytes"]
+                if world == 2:
+                    fp32_runs[stage] = (ref_steps, ref_params, pn)
 
 # Shared buckets, a unit larger than the bucket, overlap_comm on and off (see the docstring).
 BUCKET_ARGS = ["--vocab-size", "4000"]
@@ -153,6 +157,31 @@ for stage in range(4):
         elem = max(abs(x - y) for x, y in zip(params, ref_params)) / pmax
         check(f"{name}: final parameters", len(params) == len(ref_params) and pn <= 1e-5 and
               elem <= 1e-5, f"relative norm difference {pn:.3g}, worst element {elem:.3g}")
+
+# communication_data_type bf16 with fp32 training: each rank's gradient is rounded to bf16 before
+# the sum and the sum again after (Gloo sums in f32), so every update is perturbed by at most
+# 2^-8 of itself; SGD with momentum is linear in the gradients, so the parameters move from the
+# single-process run by at most 2^-8 of their total change, itself below their norm: tolerance
+# 2^-8 (~4e-3) relative in norm, and the same for the loss. And the reduction must really be in
+# bf16: the runs differ from the single-process one by far more (10x) than fp32 reduction does.
+for stage in (0, 2, 3):
+    if stage not in fp32_runs:
+        continue
+    ref_steps, ref_params, pn_fp32 = fp32_runs[stage]
+    name = f"world 2 stage {stage} communication_data_type bf16"
+    try:
+        _, steps, params = run(2, stage, 1, "fp32", tag="_commbf16",
+                               top_extra={"communication_data_type": "bf16"})
+    except Exception as e:
+        check(name, False, str(e))
+        continue
+    tol = 2.0 ** -8
+    worst = max(abs(s["loss"] - r["loss"]) / abs(r["loss"]) for s, r in zip(steps, ref_steps))
+    pn = rel_norm(params, ref_params)
+    check(f"{name}: within 2^-8 of the single-process run", len(steps) == STEPS and
+          worst <= tol and pn <= tol, f"loss {worst:.3g}, parameters {pn:.3g} (tol {tol:.3g})")
+    check(f"{name}: reduced in bf16 (differs 10x more than fp32)", pn > 10 * pn_fp32,
+          f"parameters {pn:.3g} vs fp32 reduction {pn_fp32:.3g}")
 
 for world in worlds:
     for stage in range(4):

@@ -176,7 +176,10 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
                        .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
                                                   ? zero::OffloadGranularity::kParamTensors
                                                   : zero::OffloadGranularity::kPieces,
-                       .offload_piece_elements = options.offload_piece_elements};
+                       .offload_piece_elements = options.offload_piece_elements,
+                       .comm_dtype = config.communication_data_type
+                                         ? std::optional<DType>(config.communication_dtype())
+                                         : std::nullopt};
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);

@@ -65,7 +65,14 @@ void ZeroState::flush_bucket() {
   for (int u : p.units) {
     UnitState& st = units_[u];
     scale_pre(st.grad);  // on the compute stream, before the lane's begin()
-    ins.push_back(st.grad);
+    if (options_.comm_dtype && *options_.comm_dtype != st.grad.dtype()) {
+      // communication_data_type: the collective sums a copy rounded to that dtype.
+      Tensor c = Tensor::empty(st.grad.shape(), *options_.comm_dtype, options_.device, s);
+      kernels::cast(c, st.grad, s);
+      ins.push_back(c);
+    } else {
+      ins.push_back(st.grad);
+    }
   }
   std::vector<Tensor> used = ins;
   lane_.begin();
@@ -76,7 +83,7 @@ void ZeroState::flush_bucket() {
     for (int u : p.units) {
       // On the compute stream, which reads it in complete_reduce; the lane writes it.
       p.outs.push_back(
-          Tensor::empty({units_[u].shard}, units_[u].grad.dtype(), options_.device, s));
+          Tensor::empty({units_[u].shard}, ins[p.outs.size()].dtype(), options_.device, s));
       used.push_back(p.outs.back());
     }
     p.handle = comm.reduce_scatter_coalesced(p.outs, ins, ReduceOp::kSum, lane_.stream());
@@ -107,11 +114,23 @@ void ZeroState::complete_reduce(PendingReduce& p) {
   } else {
     record(p.handle.wait());
   }
+  const Stream& s = options_.stream;
   for (size_t i = 0; i < p.units.size(); ++i) {
-    scale_post(p.outs[i]);
-    if (options_.stage >= 1) {
-      kernels::add_inplace(units_[p.units[i]].grad_shard, p.outs[i], options_.stream);
+    UnitState& st = units_[p.units[i]];
+    Tensor r = p.outs[i];
+    if (options_.stage == 0) {
+      // The optimizer reads the full gradient: bring a communication_data_type copy back.
+      if (r.data() != st.grad.data()) kernels::cast(st.grad, r, s);
+      scale_post(st.grad);
+      continue;
     }
+    if (r.dtype() != st.grad_shard.dtype()) {
+      Tensor f = Tensor::empty(r.shape(), st.grad_shard.dtype(), options_.device, s);
+      kernels::cast(f, r, s);
+      r = f;
+    }
+    scale_post(r);
+    kernels::add_inplace(st.grad_shard, r, s);
   }
 }
 

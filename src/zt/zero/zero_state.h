@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "zt/comm/communicator.h"
@@ -77,6 +78,9 @@ struct ZeroOptions {
   OptimizerPlacement optimizer_placement = OptimizerPlacement::kDevice;
   OffloadGranularity offload_granularity = OffloadGranularity::kPieces;
   int64_t offload_piece_elements = int64_t{1} << 23;  // 32 MiB of f32 gradient per copy
+  // communication_data_type: the dtype gradients are reduced in; unset: as accumulated (f32,
+  // where DeepSpeed would use the training precision: docs/zero.md says why).
+  std::optional<DType> comm_dtype;
 };
 
 struct UnitState {

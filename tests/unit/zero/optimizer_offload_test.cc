@@ -21,7 +21,11 @@ namespace zt::zero {
 namespace {
 
 nn::Gpt2Config tiny() {
-  return {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .padded_vocab_size = 64,
+  return {.n_layer = 2,
+          .n_head = 2,
+          .n_embd = 16,
+          .vocab_size = 23,
+          .padded_vocab_size = 64,
           .max_seq_len = 8};
 }
 
@@ -32,7 +36,7 @@ struct Trial {
 };
 
 Trial make(int stage, const optim::OptimizerSpec& spec, OptimizerPlacement placement,
-         int64_t piece) {
+           int64_t piece) {
   Trial r;
   r.model = std::make_unique<nn::Gpt2>(tiny());
   auto c = communicator_create(DistEnv{}, Device::cpu());
@@ -49,7 +53,8 @@ Trial make(int stage, const optim::OptimizerSpec& spec, OptimizerPlacement place
                 .offload_granularity = spec.kind == optim::OptimizerKind::kLamb
                                            ? OffloadGranularity::kParamTensors
                                            : OffloadGranularity::kPieces,
-                .offload_piece_elements = piece};
+                .offload_piece_elements = piece,
+                .comm_dtype = std::nullopt};
   r.zero = std::make_unique<ZeroState>(*r.model, o, 77);
   return r;
 }
@@ -146,7 +151,9 @@ TEST(OptimizerOffload, AdamPiecesMatchWholeChunksAtEveryStage) {
   }
 }
 
-TEST(OptimizerOffload, OnePiecePerUnit) { expect_same_training(2, adamw(), int64_t{1} << 23); }
+TEST(OptimizerOffload, OnePiecePerUnit) {
+  expect_same_training(2, adamw(), int64_t{1} << 23);
+}
 
 TEST(OptimizerOffload, SgdWithMomentumAndWithout) {
   expect_same_training(
