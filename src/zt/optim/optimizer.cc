@@ -4,9 +4,12 @@ namespace zt::optim {
 
 int optimizer_state_count(const OptimizerSpec& spec) {
   switch (spec.kind) {
-    case OptimizerKind::kAdam: return 2;
-    case OptimizerKind::kLamb: return 2;
-    case OptimizerKind::kSgd: return spec.momentum != 0.0 ? 1 : 0;
+    case OptimizerKind::kAdam:
+      return 2;
+    case OptimizerKind::kLamb:
+      return 2;
+    case OptimizerKind::kSgd:
+      return spec.momentum != 0.0 ? 1 : 0;
   }
   return 0;
 }
@@ -15,8 +18,10 @@ std::string optimizer_name(const OptimizerSpec& spec) {
   switch (spec.kind) {
     case OptimizerKind::kAdam:
       return spec.adam_mode == kernels::AdamMode::kAdamW ? "AdamW" : "Adam";
-    case OptimizerKind::kSgd: return "SGD";
-    case OptimizerKind::kLamb: return "Lamb";
+    case OptimizerKind::kSgd:
+      return "SGD";
+    case OptimizerKind::kLamb:
+      return "Lamb";
   }
   return "?";
 }
@@ -70,6 +75,39 @@ void Optimizer::apply(const StepValues& v, std::span<const kernels::OptimChunk> 
       break;
     }
   }
+}
+
+std::vector<std::vector<kernels::OptimChunk>> split_into_groups(
+    std::span<const kernels::OptimChunk> chunks, int64_t limit, Split split) {
+  ZT_ASSERT(limit > 0, "split_into_groups: limit {} must be positive", limit);
+  std::vector<std::vector<kernels::OptimChunk>> groups(1);
+  int64_t used = 0;  // elements in the last group
+  auto advance = [](kernels::OptimChunk c, int64_t k) {
+    c.param += k;
+    c.grad += k;
+    if (c.state1) c.state1 += k;
+    if (c.state2) c.state2 += k;
+    if (c.param_lowp)
+      c.param_lowp = static_cast<char*>(c.param_lowp) + k * dtype_size(c.lowp_dtype);
+    c.n -= k;
+    return c;
+  };
+  for (kernels::OptimChunk c : chunks) {
+    while (c.n > 0) {
+      if (used == limit || (split == Split::kWholeChunks && used > 0 && used + c.n > limit)) {
+        groups.emplace_back();
+        used = 0;
+      }
+      const int64_t take = split == Split::kWholeChunks ? c.n : std::min(c.n, limit - used);
+      kernels::OptimChunk part = c;
+      part.n = take;
+      groups.back().push_back(part);
+      used += take;
+      c = advance(c, take);
+    }
+  }
+  if (groups.back().empty()) groups.pop_back();
+  return groups;
 }
 
 }  // namespace zt::optim

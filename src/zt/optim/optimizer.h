@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,14 @@ struct OptimizerSpec {
 // fp32 state buffers per parameter element.
 int optimizer_state_count(const OptimizerSpec& spec);
 std::string optimizer_name(const OptimizerSpec& spec);
+
+// Chunk splitting for stepping in sub-groups (zero_optimization.sub_group_size, stage 3): groups of
+// consecutive chunks of at most `limit` elements each, in order. Elementwise optimizers (Adam,
+// SGD: `Split::kAnywhere`) have chunks cut at group boundaries; Lamb (`Split::kWholeChunks`)
+// keeps every chunk whole, and a chunk larger than `limit` forms a group of its own.
+enum class Split : unsigned char { kAnywhere, kWholeChunks };
+std::vector<std::vector<kernels::OptimChunk>> split_into_groups(
+    std::span<const kernels::OptimChunk> chunks, int64_t limit, Split split);
 
 // Per-step values that schedulers change.
 struct StepValues {

@@ -176,7 +176,10 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
                        .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
                                                   ? zero::OffloadGranularity::kParamTensors
                                                   : zero::OffloadGranularity::kPieces,
-                       .offload_piece_elements = options.offload_piece_elements,
+                       // Stage 3 offload steps sub-groups too: pieces of at most sub_group_size.
+                       .offload_piece_elements =
+                           z.stage == 3 ? std::min(options.offload_piece_elements, z.sub_group_size)
+                                        : options.offload_piece_elements,
                        .comm_dtype = config.communication_data_type
                                          ? std::optional<DType>(config.communication_dtype())
                                          : std::nullopt};
@@ -389,7 +392,20 @@ Status Engine::apply_step(StepStats& stats) {
   } else {
     for (int u = 0; u < n_units; ++u) chunks.push_back(chunk_at(u, 0, units[u].master.numel()));
   }
-  optimizer_.step(v, chunks, dev, s);
+  if (config_.zero.stage == 3) {
+    // Stage 3 steps the optimizer in sub-groups of at most sub_group_size elements, as DeepSpeed
+    // steps its fp32 partition groups.
+    optimizer_.begin_step();
+    const auto groups = optim::split_into_groups(
+        chunks, config_.zero.sub_group_size,
+        optimizer_.spec().kind == optim::OptimizerKind::kLamb ? optim::Split::kWholeChunks
+                                                              : optim::Split::kAnywhere);
+    for (const auto& g : groups) optimizer_.apply(v, g, dev, s);
+    last_step_groups_ = static_cast<int64_t>(groups.size());
+  } else {
+    optimizer_.step(v, chunks, dev, s);
+    last_step_groups_ = 1;
+  }
   ZT_RETURN_IF_ERROR(zero_->publish_params(write_lowp));
   return finish_step(stats);
 }

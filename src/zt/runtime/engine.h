@@ -13,13 +13,13 @@
 #include <optional>
 #include <string>
 
+#include "zt/comm/communicator.h"
 #include "zt/core/tensor.h"
 #include "zt/nn/model.h"
 #include "zt/optim/optimizer.h"
 #include "zt/runtime/config.h"
 #include "zt/runtime/loss_scaler.h"
 #include "zt/runtime/lr_scheduler.h"
-#include "zt/comm/communicator.h"
 #include "zt/zero/zero_state.h"
 
 namespace zt {
@@ -37,13 +37,13 @@ struct EngineOptions {
 
 // What happened at the last optimizer step (the boundary micro-batch).
 struct StepStats {
-  int64_t step = 0;          // global_steps after the step
-  double loss = 0;           // mean loss over the step's micro-batches
-  double lr = 0;             // learning rate the step used
-  double loss_scale = 1;     // scale the step's gradients carried
-  double grad_norm = 0;      // global L2 norm of the unscaled gradients (-1 if inf/nan)
-  bool skipped = false;      // fp16 overflow: step skipped
-  int64_t samples = 0;       // global_samples after the step
+  int64_t step = 0;       // global_steps after the step
+  double loss = 0;        // mean loss over the step's micro-batches
+  double lr = 0;          // learning rate the step used
+  double loss_scale = 1;  // scale the step's gradients carried
+  double grad_norm = 0;   // global L2 norm of the unscaled gradients (-1 if inf/nan)
+  bool skipped = false;   // fp16 overflow: step skipped
+  int64_t samples = 0;    // global_samples after the step
 };
 
 class Engine {
@@ -75,6 +75,9 @@ class Engine {
   double lr() const;  // the learning rate the next step will use
   double loss_scale() const { return scaler_.scale(); }
   const std::optional<StepStats>& last_step() const { return last_step_; }
+  // Optimizer calls of the last applied step on the device (stage 3: one per sub-group of at most
+  // zero_optimization.sub_group_size elements; otherwise 1).
+  int64_t last_step_groups() const { return last_step_groups_; }
   const LrScheduler* lr_scheduler() const { return scheduler_.get(); }
 
   const DeepSpeedConfig& config() const { return config_; }
@@ -119,6 +122,7 @@ class Engine {
   int loss_count_ = 0;
   bool have_forward_ = false;
   std::optional<StepStats> last_step_;
+  int64_t last_step_groups_ = 0;
 };
 
 // DeepSpeed's deepspeed.initialize for ZeroTrain models: validates the config against this
