@@ -234,6 +234,7 @@ void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_de
 #endif
 }
 
+#if ZT_HAVE_CUDA
 namespace {
 
 // Pinned blocks, to tell them from the ordinary blocks memory_allocate_pinned falls back to.
@@ -247,6 +248,7 @@ PinnedBlocks& pinned_blocks() {
 }
 
 }  // namespace
+#endif
 
 void* memory_allocate_pinned(size_t bytes) {
 #if ZT_HAVE_CUDA

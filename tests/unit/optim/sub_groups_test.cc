@@ -9,10 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "common/test_util.h"
-#include "zt/nn/models/gpt2.h"
+#include "common/engine_runs.h"
 #include "zt/optim/optimizer.h"
-#include "zt/runtime/engine.h"
 
 namespace zt {
 namespace {
@@ -75,61 +73,22 @@ TEST(SubGroups, WholeChunksStayWhole) {
   EXPECT_EQ(groups[3][0].n + groups[3][1].n, 8);
 }
 
-nn::Gpt2Config tiny_config() {
-  return {.n_layer = 2,
-          .n_head = 2,
-          .n_embd = 16,
-          .vocab_size = 23,
-          .padded_vocab_size = 64,
-          .max_seq_len = 8};
-}
-
-struct TrainedRun {
-  std::vector<double> losses, master;
-  std::vector<int64_t> groups;
-  int64_t own_elements = 0;
-};
-
-TrainedRun train(const std::string& sub_group) {
-  TrainedRun out;
-  auto cfg = config_parse(R"({"train_batch_size": 2, "gradient_clipping": 0.5,
+std::string stage3_json(const std::string& sub_group) {
+  return R"({"train_batch_size": 2, "gradient_clipping": 0.5,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}},
       "zero_optimization": {"stage": 3)" +
-                              sub_group + "}}",
-                          "test", 1);
-  EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
-  if (!cfg.is_ok()) return out;
-  nn::Gpt2 model(tiny_config());
-  auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 9});
-  EXPECT_TRUE(e.is_ok()) << e.status().message();
-  if (!e.is_ok()) return out;
-  for (auto& u : (*e)->zero_state().units()) out.own_elements += u.master.numel();
-  for (int s = 0; s < 3; ++s) {
-    auto loss = (*e)->forward(testing::random_ints({2, 8}, 23, 10 + s),
-                              testing::random_ints({2, 8}, 23, 20 + s));
-    EXPECT_TRUE(loss.is_ok());
-    EXPECT_TRUE((*e)->backward(*loss).is_ok());
-    EXPECT_TRUE((*e)->step().is_ok());
-    out.losses.push_back(*loss);
-    out.groups.push_back((*e)->last_step_groups());
-  }
-  auto full = (*e)->gather_master();
-  EXPECT_TRUE(full.is_ok());
-  for (auto& t : *full) {
-    auto v = t.to_doubles();
-    out.master.insert(out.master.end(), v.begin(), v.end());
-  }
-  return out;
+         sub_group + "}}";
 }
 
 TEST(SubGroups, Stage3StepsInSubGroupsAndTrainsTheSame) {
-  TrainedRun whole = train("");
-  TrainedRun split = train(R"(, "sub_group_size": 1000)");
+  const testing::EngineRun whole = testing::train_tiny_gpt2(stage3_json(""), 3, 9, 10);
+  const testing::EngineRun split =
+      testing::train_tiny_gpt2(stage3_json(R"(, "sub_group_size": 1000)"), 3, 9, 10);
   ASSERT_EQ(whole.losses.size(), 3u);
-  const int64_t expected = (split.own_elements + 999) / 1000;
+  const int64_t expected = (split.own_master_elements + 999) / 1000;
   EXPECT_GT(expected, 3);  // the tiny model has several thousand elements
-  for (int64_t g : whole.groups) EXPECT_EQ(g, 1);
-  for (int64_t g : split.groups) EXPECT_EQ(g, expected);
+  for (int64_t g : whole.step_groups) EXPECT_EQ(g, 1);
+  for (int64_t g : split.step_groups) EXPECT_EQ(g, expected);
   EXPECT_EQ(split.losses, whole.losses);
   EXPECT_EQ(split.master, whole.master);
 }

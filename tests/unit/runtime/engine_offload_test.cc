@@ -3,20 +3,17 @@
 // (its optimizer state is in host memory already; the oracle is the run without the key), and
 // NVMe at stage 3 is refused at initialize with an error that says what to use instead. The GPU
 // side (state really moved, same training) is tests/gpu/engine_offload_test.cc.
+#include <gtest/gtest.h>
+
 #include <string>
 #include <vector>
 
-#include "common/test_util.h"
+#include "common/engine_runs.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
 
 namespace zt {
 namespace {
-
-nn::Gpt2Config tiny_config() {
-  return {.n_layer = 2, .n_head = 2, .n_embd = 16, .vocab_size = 23, .padded_vocab_size = 64,
-          .max_seq_len = 8};
-}
 
 std::string config_json(int stage, const std::string& offload) {
   return R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
@@ -25,47 +22,17 @@ std::string config_json(int stage, const std::string& offload) {
          std::to_string(stage) + offload + "}}";
 }
 
-struct Trained {
-  std::vector<double> losses;
-  std::vector<double> master;
-  zero::ModelStateBytes bytes;
-};
-
-Trained train(const std::string& json) {
-  Trained out;
-  auto cfg = config_parse(json, "test", 1);
-  EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
-  if (!cfg.is_ok()) return out;
-  nn::Gpt2 model(tiny_config());
-  auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 5});
-  EXPECT_TRUE(e.is_ok()) << e.status().message();
-  if (!e.is_ok()) return out;
-  out.bytes = (*e)->model_state_bytes();
-  for (int s = 0; s < 6; ++s) {  // 3 optimizer steps of 2 micro-batches
-    Tensor tok = testing::random_ints({2, 8}, 23, 300 + s);
-    Tensor tgt = testing::random_ints({2, 8}, 23, 400 + s);
-    auto loss = (*e)->forward(tok, tgt);
-    EXPECT_TRUE(loss.is_ok());
-    EXPECT_TRUE((*e)->backward(*loss).is_ok());
-    EXPECT_TRUE((*e)->step().is_ok());
-    out.losses.push_back(*loss);
-  }
-  auto full = (*e)->gather_master();
-  EXPECT_TRUE(full.is_ok());
-  for (auto& t : *full) {
-    auto v = t.to_doubles();
-    out.master.insert(out.master.end(), v.begin(), v.end());
-  }
-  return out;
+testing::EngineRun train(const std::string& json) {
+  return testing::train_tiny_gpt2(json, 6, 5, 300);  // 3 optimizer steps of 2 micro-batches
 }
 
 TEST(EngineOffload, CpuEngineTrainsExactlyAsWithoutOffload) {
   for (int stage : {1, 2, 3}) {
     SCOPED_TRACE(stage);
-    Trained plain = train(config_json(stage, ""));
+    const testing::EngineRun plain = train(config_json(stage, ""));
     ::testing::internal::CaptureStderr();
-    Trained off = train(config_json(
-        stage, R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})"));
+    const testing::EngineRun off = train(
+        config_json(stage, R"(, "offload_optimizer": {"device": "cpu", "pin_memory": true})"));
     std::string log = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(log.find("optimizer state is already in host memory"), std::string::npos) << log;
     EXPECT_EQ(log.find("not implemented"), std::string::npos) << log;
@@ -81,7 +48,7 @@ TEST(EngineOffload, DeprecatedCpuOffloadKeyIsAccepted) {
   auto cfg = config_parse(config_json(2, R"(, "cpu_offload": true)"), "test", 1);
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
   EXPECT_EQ(cfg->zero.offload_optimizer.device, "cpu");
-  nn::Gpt2 model(tiny_config());
+  nn::Gpt2 model(testing::tiny_gpt2_config());
   EXPECT_TRUE(initialize(model, *cfg, {.device = Device::cpu()}).is_ok());
 }
 
@@ -90,7 +57,7 @@ TEST(EngineOffload, NvmeAtStage3IsRefusedWithWhatToDo) {
       config_json(3, R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"})"),
       "test", 1);
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
-  nn::Gpt2 model(tiny_config());
+  nn::Gpt2 model(testing::tiny_gpt2_config());
   auto e = initialize(model, *cfg, {.device = Device::cpu()});
   ASSERT_FALSE(e.is_ok());
   const std::string& msg = e.status().message();
@@ -106,7 +73,7 @@ TEST(EngineOffload, NvmeAtStages1And2MeansCpuAsInDeepSpeed) {
                     R"(, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"})"),
         "test", 1);
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
-    nn::Gpt2 model(tiny_config());
+    nn::Gpt2 model(testing::tiny_gpt2_config());
     auto e = initialize(model, *cfg, {.device = Device::cpu()});
     EXPECT_TRUE(e.is_ok()) << e.status().message();
   }

@@ -1,0 +1,51 @@
+// See engine_runs.h.
+#include "common/engine_runs.h"
+
+#include <gtest/gtest.h>
+
+#include "common/test_util.h"
+
+namespace zt::testing {
+
+nn::Gpt2Config tiny_gpt2_config() {
+  return {.n_layer = 2,
+          .n_head = 2,
+          .n_embd = 16,
+          .vocab_size = 23,
+          .padded_vocab_size = 64,
+          .max_seq_len = 8};
+}
+
+EngineRun train_tiny_gpt2(const std::string& json, int micro_steps, uint64_t seed,
+                          uint64_t data_seed) {
+  EngineRun out;
+  auto cfg = config_parse(json, "test", 1);
+  EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
+  if (!cfg.is_ok()) return out;
+  nn::Gpt2 model(tiny_gpt2_config());
+  auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = seed});
+  EXPECT_TRUE(e.is_ok()) << e.status().message();
+  if (!e.is_ok()) return out;
+  out.bytes = (*e)->model_state_bytes();
+  for (auto& u : (*e)->zero_state().units()) out.own_master_elements += u.master.numel();
+  for (int s = 0; s < micro_steps; ++s) {
+    auto loss = (*e)->forward(random_ints({2, 8}, 23, data_seed + 2 * s),
+                              random_ints({2, 8}, 23, data_seed + 2 * s + 1));
+    EXPECT_TRUE(loss.is_ok());
+    if (!loss.is_ok()) return out;
+    EXPECT_TRUE((*e)->backward(*loss).is_ok());
+    EXPECT_TRUE((*e)->step().is_ok());
+    out.losses.push_back(*loss);
+    out.step_groups.push_back((*e)->last_step_groups());
+  }
+  auto full = (*e)->gather_master();
+  EXPECT_TRUE(full.is_ok());
+  if (!full.is_ok()) return out;
+  for (auto& t : *full) {
+    auto v = t.to_doubles();
+    out.master.insert(out.master.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace zt::testing
