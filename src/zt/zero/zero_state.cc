@@ -25,30 +25,39 @@ void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
 }  // namespace
 
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
-  std::fill(out, out + unit.flat_numel(), 0.0f);
+  init_unit_params(unit, out, seed, 0, unit.flat_numel());
+}
+
+void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, int64_t end) {
+  std::fill(out + begin, out + end, 0.0f);
   // Normal parameters are drawn in blocks of kInitBlock elements, block k of parameter `name` from
   // its own generator seeded by (seed, name, k): the values depend on nothing but those, so they
-  // are the same for any world size, stage, device or thread count, and the blocks of a large
-  // model fill in parallel.
+  // are the same for any world size, stage or device or thread count, the blocks of a large
+  // model fill in parallel, and a rank that needs only its own chunk (stage 3) draws only the
+  // blocks that overlap it.
   constexpr int64_t kInitBlock = int64_t{1} << 20;
   struct Block {
     const nn::Param* param;
-    int64_t begin, end;
+    int64_t begin, end;  // elements of the parameter the block covers
     uint64_t seed;
   };
   std::vector<Block> blocks;
   for (nn::Param* p : unit.params()) {
+    // This parameter's elements inside [begin, end).
+    const int64_t lo = std::max<int64_t>(0, begin - p->offset);
+    const int64_t hi = std::min<int64_t>(p->numel(), end - p->offset);
+    if (lo >= hi) continue;
     float* dst = out + p->offset;
     switch (p->init) {
       case nn::ParamInit::kZeros:
-        std::fill(dst, dst + p->numel(), 0.0f);
+        std::fill(dst + lo, dst + hi, 0.0f);
         break;
       case nn::ParamInit::kOnes:
-        std::fill(dst, dst + p->numel(), 1.0f);
+        std::fill(dst + lo, dst + hi, 1.0f);
         break;
       case nn::ParamInit::kNormal: {
         const uint64_t name_seed = seed ^ std::hash<std::string>{}(p->name);
-        for (int64_t b = 0; b < p->numel(); b += kInitBlock) {
+        for (int64_t b = lo / kInitBlock * kInitBlock; b < hi; b += kInitBlock) {
           blocks.push_back(
               {p, b, std::min(p->numel(), b + kInitBlock),
                name_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(b / kInitBlock)});
@@ -63,7 +72,13 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
     std::mt19937_64 rng(b.seed);
     std::normal_distribution<float> dist(0.0f, b.param->init_std);
     float* dst = out + b.param->offset;
-    for (int64_t j = b.begin; j < b.end; ++j) dst[j] = dist(rng);
+    // A block is one sequence from its start: values before `begin` are drawn and dropped.
+    const int64_t stop = std::min(b.end, end - b.param->offset);
+    const int64_t first = std::max(b.begin, begin - b.param->offset);
+    for (int64_t j = b.begin; j < stop; ++j) {
+      const float x = dist(rng);
+      if (j >= first) dst[j] = x;
+    }
   }
 }
 
@@ -97,9 +112,13 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     u.shard_offset = static_cast<int64_t>(rank()) * u.shard;
     u.persistent = stage < 3 || u.padded <= options.persistence_threshold;
     Tensor host = Tensor::zeros({u.padded}, DType::f32, Device::cpu());
-    init_unit_params(*unit, host.data<float>(), seed);
-    Tensor full = dev.is_cpu() ? host : host.to(dev, s);
+    // A unit sharded at rest needs only this rank's chunk: draw and copy only that.
+    const int64_t init_begin = u.persistent ? 0 : u.shard_offset;
+    const int64_t init_end = u.persistent ? u.padded : u.shard_offset + u.shard;
+    init_unit_params(*unit, host.data<float>(), seed, init_begin, init_end);
+    Tensor full = dev.is_cpu() || !u.persistent ? host : host.to(dev, s);
     Tensor own = full.view(u.shard_offset, {u.shard});
+    if (!dev.is_cpu() && !u.persistent) own = own.to(dev, s);
     if (u.persistent) {
       u.value = Tensor::empty({u.padded}, options.compute_dtype, dev, s);
       round_into(u.value, full, options.round_dtype, s);

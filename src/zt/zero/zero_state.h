@@ -212,5 +212,8 @@ class ZeroState : public nn::UnitHooks {
 
 // Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params.
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed);
+// The same values, but only elements [begin, end) of the flat buffer are written (the rest of
+// `out` is untouched): what a rank holding one chunk of the unit needs.
+void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, int64_t end);
 
 }  // namespace zt::zero
