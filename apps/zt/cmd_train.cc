@@ -1,5 +1,7 @@
 // `zt train`: trains a GPT model with a DeepSpeed config. Progress on stderr, an optional JSON
 // Lines metrics file, and a generated sample at the end.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -38,19 +40,24 @@ Options:
 const std::vector<FlagSpec> kFlags = {
     {"--config", FlagKind::kValue, "DeepSpeed config (ds_config.json)", "FILE"},
     {"--deepspeed_config", FlagKind::kValue, "same as --config (DeepSpeed's spelling)", "FILE"},
-    {"--model", FlagKind::kValue, "gpt2-tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt-1.3b", "NAME"},
+    {"--model", FlagKind::kValue,
+     "gpt2-tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt-1.3b", "NAME"},
     {"--data", FlagKind::kValue, "token file (llm.c .bin, or nanoGPT raw uint16 .bin)", "FILE"},
     {"--steps", FlagKind::kValue, "optimizer steps to run (default 200)", "N"},
-    {"--device", FlagKind::kValue, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)", "DEV"},
-    {"--seq-len", FlagKind::kValue, "tokens per sequence (default: the model's context, 128 for gpt2-tiny)", "T"},
+    {"--device", FlagKind::kValue, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)",
+     "DEV"},
+    {"--seq-len", FlagKind::kValue,
+     "tokens per sequence (default: the model's context, 128 for gpt2-tiny)", "T"},
     {"--metrics-out", FlagKind::kValue, "write JSON Lines metrics (one record per step)", "FILE"},
     {"--vocab-size", FlagKind::kValue, "override the model's vocabulary size", "V"},
     {"--order", FlagKind::kValue, "batch order: random (default) or sequential", "ORDER"},
     {"--seed", FlagKind::kValue, "seed for initialisation and batch order (default 1234)", "N"},
-    {"--sample-tokens", FlagKind::kValue, "tokens to generate at the end (default 200, 0: none)", "N"},
+    {"--sample-tokens", FlagKind::kValue, "tokens to generate at the end (default 200, 0: none)",
+     "N"},
     {"--prompt", FlagKind::kValue, "prompt for the sample (byte-level models)", "TEXT"},
     {"--local_rank", FlagKind::kValue, "set by launchers; ZeroTrain reads LOCAL_RANK", "N"},
-    {"--dump-params", FlagKind::kValue, "after training, write the fp32 parameters (raw, unit order)", "FILE"},
+    {"--dump-params", FlagKind::kValue,
+     "after training, write the fp32 parameters (raw, unit order)", "FILE"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
 
@@ -64,12 +71,32 @@ std::string cache_dir() {
   return "/tmp/zerotrain";
 }
 
+// Holds an exclusive lock (flock) on a file for its lifetime; released when the process exits.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT, 0644)) {
+    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
+  }
+  ~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing drops the lock
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_;
+};
+
 Result<std::string> default_data() {
   std::string path = cache_dir() + "/default-corpus.bin";
   if (std::filesystem::exists(path)) return path;
   std::error_code ec;
   std::filesystem::create_directories(cache_dir(), ec);
   if (ec) return io_error("cannot create cache folder {}: {}", cache_dir(), ec.message());
+  // Ranks of one machine share the cache: one prepares, the others wait for it and then find
+  // the file. (Without the lock the write is still atomic, but every rank would do the work.)
+  FileLock lock(path + ".lock");
+  if (std::filesystem::exists(path)) return path;
   ZT_ASSIGN_OR_RETURN(auto files, default_corpus_paths());
   ZT_LOG_INFO("preparing the default corpus ({} files) into {}", files.size(), path);
   ZT_ASSIGN_OR_RETURN(auto summary, data_prepare(files, path));
@@ -126,8 +153,9 @@ int cmd_train(const Args& args) {
   auto config_path = a.get("--config");
   if (!config_path) config_path = a.get("--deepspeed_config");
   if (!config_path) {
-    return fail(invalid_argument("zt train needs --config ds_config.json (examples/ holds "
-                                 "ready-made ones, e.g. examples/ds_config_tiny.json)"));
+    return fail(
+        invalid_argument("zt train needs --config ds_config.json (examples/ holds "
+                         "ready-made ones, e.g. examples/ds_config_tiny.json)"));
   }
   auto int_flag = [&](const char* flag, int64_t def, int64_t min) -> Result<int64_t> {
     auto v = a.get(flag);
@@ -199,15 +227,19 @@ int cmd_train(const Args& args) {
       return fail(invalid_argument("--order must be random or sequential, got '{}'", *o));
     }
   }
-  auto sampler = BatchSampler::create(
-      shared_file, {.batch_size = cfg->train_micro_batch_size_per_gpu, .seq_len = *seq,
-                    .order = order, .seed = static_cast<uint64_t>(*seed), .rank = rank,
-                    .world_size = world, .vocab_size = mc->vocab_size});
+  auto sampler =
+      BatchSampler::create(shared_file, {.batch_size = cfg->train_micro_batch_size_per_gpu,
+                                         .seq_len = *seq,
+                                         .order = order,
+                                         .seed = static_cast<uint64_t>(*seed),
+                                         .rank = rank,
+                                         .world_size = world,
+                                         .vocab_size = mc->vocab_size});
   if (!sampler) return fail(sampler.status());
 
   nn::Gpt2 model(*mc);
-  auto engine_r = initialize(model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed),
-                                           .comm = comm->get()});
+  auto engine_r = initialize(
+      model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()});
   if (!engine_r) return fail(engine_r.status());
   Engine& engine = **engine_r;
 
@@ -219,11 +251,12 @@ int cmd_train(const Args& args) {
   }
 
   if (rank == 0) {
-    ZT_LOG_INFO("training {} ({:.2f}M parameters) on {} rank(s) for {} steps: batch {} = micro {} "
-                "x accum {} x ranks {}, seq {}, {}, ZeRO stage {}", model_name,
-                model.num_params() / 1e6, world, *steps, cfg->train_batch_size,
-                cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, world, *seq,
-                dtype_name(cfg->compute_dtype()), cfg->zero.stage);
+    ZT_LOG_INFO(
+        "training {} ({:.2f}M parameters) on {} rank(s) for {} steps: batch {} = micro {} "
+        "x accum {} x ranks {}, seq {}, {}, ZeRO stage {}",
+        model_name, model.num_params() / 1e6, world, *steps, cfg->train_batch_size,
+        cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, world, *seq,
+        dtype_name(cfg->compute_dtype()), cfg->zero.stage);
   }
   ProgressBar bar(*steps, rank == 0);
   const int64_t tokens_per_step = cfg->train_batch_size * *seq;
@@ -251,10 +284,14 @@ int cmd_train(const Args& args) {
     last_loss = st.loss;
     bar.update(st.step, st.loss, st.lr, tps, st.skipped);
     if (metrics) {
-      nlohmann::json r = {{"step", st.step},         {"loss", st.loss},
-                          {"lr", st.lr},             {"loss_scale", st.loss_scale},
-                          {"grad_norm", st.grad_norm}, {"skipped", st.skipped},
-                          {"tokens_per_s", tps},     {"samples", st.samples}};
+      nlohmann::json r = {{"step", st.step},
+                          {"loss", st.loss},
+                          {"lr", st.lr},
+                          {"loss_scale", st.loss_scale},
+                          {"grad_norm", st.grad_norm},
+                          {"skipped", st.skipped},
+                          {"tokens_per_s", tps},
+                          {"samples", st.samples}};
       *metrics << r.dump() << "\n" << std::flush;
     }
   }
@@ -271,9 +308,10 @@ int cmd_train(const Args& args) {
       if (!f) return fail(io_error("cannot write {}", *dump));
     }
   }
-  if (rank == 0) std::printf("trained %lld steps: loss %.4f -> %.4f (ln(vocab) = %.4f)\n",
-              static_cast<long long>(*steps), first_loss, last_loss,
-              std::log(static_cast<double>(mc->vocab_size)));
+  if (rank == 0)
+    std::printf("trained %lld steps: loss %.4f -> %.4f (ln(vocab) = %.4f)\n",
+                static_cast<long long>(*steps), first_loss, last_loss,
+                std::log(static_cast<double>(mc->vocab_size)));
 
   if (*sample_tokens > 0) {
     std::vector<int32_t> prompt;
@@ -286,10 +324,14 @@ int cmd_train(const Args& args) {
       prompt.assign(first.begin(), first.end());
     }
     nn::GenerateOptions g{.max_new_tokens = static_cast<int>(*sample_tokens),
-                          .sampling = nn::Sampling::kTopK, .top_k = 40, .temperature = 0.8f,
-                          .seed = static_cast<uint64_t>(*seed), .vocab_size = mc->vocab_size,
+                          .sampling = nn::Sampling::kTopK,
+                          .top_k = 40,
+                          .temperature = 0.8f,
+                          .seed = static_cast<uint64_t>(*seed),
+                          .vocab_size = mc->vocab_size,
                           .max_seq_len = static_cast<int>(*seq)};
-    std::vector<int32_t> out = nn::generate(model, engine.eval_context(), prompt, g, engine.hooks());
+    std::vector<int32_t> out =
+        nn::generate(model, engine.eval_context(), prompt, g, engine.hooks());
     if (rank != 0) return 0;
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), out.begin(), out.end());
