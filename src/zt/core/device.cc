@@ -31,7 +31,8 @@ double now_ms() {
 }
 
 [[noreturn]] [[maybe_unused]] void no_cuda() {
-  ZT_ASSERT(false, "CUDA device used in a build without CUDA (device_check should have refused it)");
+  ZT_ASSERT(false,
+            "CUDA device used in a build without CUDA (device_check should have refused it)");
   std::abort();
 }
 
@@ -48,12 +49,15 @@ Result<Device> device_parse(std::string_view s) {
     std::string idx(s.substr(5));
     char* end = nullptr;
     long v = std::strtol(idx.c_str(), &end, 10);
-    if (!idx.empty() && *end == '\0' && v >= 0 && v < 1024) return Device::cuda(static_cast<int>(v));
+    if (!idx.empty() && *end == '\0' && v >= 0 && v < 1024)
+      return Device::cuda(static_cast<int>(v));
   }
   return invalid_argument("unknown device '{}'; expected cpu, cuda or cuda:N", s);
 }
 
-bool cuda_built() { return ZT_HAVE_CUDA != 0; }
+bool cuda_built() {
+  return ZT_HAVE_CUDA != 0;
+}
 
 int cuda_device_count() {
 #if ZT_HAVE_CUDA
@@ -74,13 +78,17 @@ std::string cuda_device_name(int index) {
 Status device_check(Device d) {
   if (d.is_cpu()) return Status::ok();
   if (!cuda_built()) {
-    return unavailable("device {} requested, but this ZeroTrain was built without CUDA; rebuild "
-                       "with the CUDA toolkit installed or use --device cpu", d.str());
+    return unavailable(
+        "device {} requested, but this ZeroTrain was built without CUDA; rebuild "
+        "with the CUDA toolkit installed or use --device cpu",
+        d.str());
   }
   int n = cuda_device_count();
   if (n == 0) {
-    return unavailable("device {} requested, but no CUDA GPU is visible (check nvidia-smi and "
-                       "CUDA_VISIBLE_DEVICES), or use --device cpu", d.str());
+    return unavailable(
+        "device {} requested, but no CUDA GPU is visible (check nvidia-smi and "
+        "CUDA_VISIBLE_DEVICES), or use --device cpu",
+        d.str());
   }
   if (d.index >= n) {
     return unavailable("device {} requested, but only {} CUDA GPU(s) are visible", d.str(), n);
@@ -204,18 +212,12 @@ void memory_record_stream(Device d, void* ptr, const Stream& stream) {
 
 void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
                  const Stream& stream) {
-  if (bytes == 0) return;
-  if (dst_dev.is_cpu() && src_dev.is_cpu()) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
+  memory_copy_async(dst, dst_dev, src, src_dev, bytes, stream);
 #if ZT_HAVE_CUDA
-  int kind = src_dev.is_cpu() ? 0 : (dst_dev.is_cpu() ? 1 : 2);
-  cuda::memcpy_async(dst, src, bytes, kind, stream.handle());
   // Copies that touch host memory complete before returning, so host buffers are safe to reuse.
-  if (kind != 2) cuda::stream_synchronize(stream.handle());
-#else
-  no_cuda();
+  if (bytes != 0 && (dst_dev.is_cpu() != src_dev.is_cpu())) {
+    cuda::stream_synchronize(stream.handle());
+  }
 #endif
 }
 

@@ -11,6 +11,7 @@
 
 #include <memory>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/comm/communicator.h"
 #include "zt/nn/models/gpt2.h"
@@ -19,15 +20,6 @@
 
 namespace zt::zero {
 namespace {
-
-nn::Gpt2Config tiny() {
-  return {.n_layer = 2,
-          .n_head = 2,
-          .n_embd = 16,
-          .vocab_size = 23,
-          .padded_vocab_size = 64,
-          .max_seq_len = 8};
-}
 
 struct Trial {
   std::unique_ptr<nn::Gpt2> model;
@@ -38,7 +30,7 @@ struct Trial {
 Trial make(int stage, const optim::OptimizerSpec& spec, OptimizerPlacement placement,
            int64_t piece) {
   Trial r;
-  r.model = std::make_unique<nn::Gpt2>(tiny());
+  r.model = std::make_unique<nn::Gpt2>(testing::tiny_gpt2_config());
   auto c = communicator_create(DistEnv{}, Device::cpu());
   EXPECT_TRUE(c.is_ok());
   r.comm = std::move(c).value();
