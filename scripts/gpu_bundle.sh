@@ -2,18 +2,19 @@
 # Builds the CUDA binaries here (no GPU needed to compile) and bundles them, with the shared
 # libraries they need that a stock CUDA machine may lack (Gloo and its dependencies), into
 # gpu_bundle/ (git-ignored). scripts/gpu_check.sh (one GPU) and scripts/gpu_dist_check.sh (two
-# GPUs) run the bundle on the GPU machines.
+# GPUs) and scripts/gpu_scaling.py (4 or 8) run the bundle on the GPU machines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${ZT_GPU_BUILD_DIR:-build-gpu}
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build "$build_dir" -j "$(nproc)" \
-  --target zt_cli zt_gpu_tests zt_bench_gpt2 zt_comm_bench zt_bench_attention zt_unit_tests
+  --target zt_cli zt_gpu_tests zt_bench_gpt2 zt_comm_bench zt_bench_attention zt_bench_cpu_adam \
+  zt_unit_tests
 rm -rf gpu_bundle
 mkdir -p gpu_bundle/bin gpu_bundle/lib
 cp "$build_dir"/bin/zt "$build_dir"/bin/zt_bench_gpt2 "$build_dir"/bin/zt_comm_bench \
-  "$build_dir"/bin/zt_bench_attention gpu_bundle/bin/
+  "$build_dir"/bin/zt_bench_attention "$build_dir"/bin/zt_bench_cpu_adam gpu_bundle/bin/
 cp "$build_dir"/tests/zt_gpu_tests "$build_dir"/tests/zt_unit_tests gpu_bundle/bin/
 strip gpu_bundle/bin/*
 # Libraries the binaries load that a stock CUDA machine lacks (Gloo and its dependencies; the

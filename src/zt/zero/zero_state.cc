@@ -29,7 +29,7 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
 }
 
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, int64_t end) {
-  std::fill(out + begin, out + end, 0.0f);
+  std::fill(out, out + (end - begin), 0.0f);
   // Normal parameters are drawn in blocks of kInitBlock elements, block k of parameter `name` from
   // its own generator seeded by (seed, name, k): the values depend on nothing but those, so they
   // are the same for any world size, stage or device or thread count, the blocks of a large
@@ -41,19 +41,20 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
     int64_t begin, end;  // elements of the parameter the block covers
     uint64_t seed;
   };
+  // Flat element e of the unit lands in out[e - begin].
+  auto at = [&](const nn::Param* p, int64_t j) { return out + (p->offset + j - begin); };
   std::vector<Block> blocks;
   for (nn::Param* p : unit.params()) {
     // This parameter's elements inside [begin, end).
     const int64_t lo = std::max<int64_t>(0, begin - p->offset);
     const int64_t hi = std::min<int64_t>(p->numel(), end - p->offset);
     if (lo >= hi) continue;
-    float* dst = out + p->offset;
     switch (p->init) {
       case nn::ParamInit::kZeros:
-        std::fill(dst + lo, dst + hi, 0.0f);
+        std::fill(at(p, lo), at(p, hi), 0.0f);
         break;
       case nn::ParamInit::kOnes:
-        std::fill(dst + lo, dst + hi, 1.0f);
+        std::fill(at(p, lo), at(p, hi), 1.0f);
         break;
       case nn::ParamInit::kNormal: {
         const uint64_t name_seed = seed ^ std::hash<std::string>{}(p->name);
@@ -71,13 +72,12 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
     const Block& b = blocks[i];
     std::mt19937_64 rng(b.seed);
     std::normal_distribution<float> dist(0.0f, b.param->init_std);
-    float* dst = out + b.param->offset;
     // A block is one sequence from its start: values before `begin` are drawn and dropped.
     const int64_t stop = std::min(b.end, end - b.param->offset);
     const int64_t first = std::max(b.begin, begin - b.param->offset);
     for (int64_t j = b.begin; j < stop; ++j) {
       const float x = dist(rng);
-      if (j >= first) dst[j] = x;
+      if (j >= first) *at(b.param, j) = x;
     }
   }
 }
@@ -111,14 +111,15 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     u.shard = u.padded / W;
     u.shard_offset = static_cast<int64_t>(rank()) * u.shard;
     u.persistent = stage < 3 || u.padded <= options.persistence_threshold;
-    Tensor host = Tensor::zeros({u.padded}, DType::f32, Device::cpu());
-    // A unit sharded at rest needs only this rank's chunk: draw and copy only that.
-    const int64_t init_begin = u.persistent ? 0 : u.shard_offset;
-    const int64_t init_end = u.persistent ? u.padded : u.shard_offset + u.shard;
-    init_unit_params(*unit, host.data<float>(), seed, init_begin, init_end);
+    // A unit sharded at rest needs only this rank's chunk: draw, hold and copy only that.
+    // `host` holds the unit's elements [host_begin, host_begin + host.numel()).
+    const int64_t host_begin = u.persistent ? 0 : u.shard_offset;
+    Tensor host = Tensor::empty({u.persistent ? u.padded : u.shard}, DType::f32, Device::cpu());
+    init_unit_params(*unit, host.data<float>(), seed, host_begin, host_begin + host.numel());
     Tensor full = dev.is_cpu() || !u.persistent ? host : host.to(dev, s);
-    Tensor own = full.view(u.shard_offset, {u.shard});
+    Tensor own = u.persistent ? full.view(u.shard_offset, {u.shard}) : full;
     if (!dev.is_cpu() && !u.persistent) own = own.to(dev, s);
+    Tensor host_own = u.persistent ? host.view(u.shard_offset, {u.shard}) : host;
     if (u.persistent) {
       u.value = Tensor::empty({u.padded}, options.compute_dtype, dev, s);
       round_into(u.value, full, options.round_dtype, s);
@@ -135,7 +136,7 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
                      : (u.persistent ? u.value.view(u.shard_offset, {u.shard}) : u.value_shard);
     } else if (offloaded()) {
       u.master = host_buffer({u.shard});
-      u.master.copy_from(host.view(u.shard_offset, {u.shard}));
+      u.master.copy_from(host_own);
     } else {
       u.master = (stage == 0 ? full : own).clone(s);
     }
@@ -303,10 +304,15 @@ void ZeroState::prefetch(int u) {
   if (u < 0 || u >= static_cast<int>(units_.size())) return;
   UnitState& st = units_[u];
   if (st.persistent || st.gather_refs > 0 || st.gather_in_flight) return;
-  if (options_.prefetch_elements <= 0 || st.padded > options_.prefetch_elements) return;
-  if (live_elements_ + st.padded > options_.max_live_elements) return;
+  // DeepSpeed fetches ahead while `numel_prefetching < min(max_live - live, bucket)`: the first
+  // candidate goes whatever its size, so a unit larger than the bucket is still prefetched
+  // (DeepSpeed would fetch its first parameter tensor; a unit here is the whole group).
+  if (!should_prefetch(options_.prefetch_elements, options_.max_live_elements, live_elements_)) {
+    return;
+  }
   st.pending_gather = issue_gather(u, st.gather_done);
   st.gather_in_flight = true;
+  ++prefetches_issued_;
 }
 
 void ZeroState::release(int u) {

@@ -66,8 +66,11 @@ struct ZeroOptions {
   int stage = 0;
   Communicator* comm = nullptr;                // required
   int64_t persistence_threshold = 100000;      // stage 3: units at most this large stay whole
-  int64_t prefetch_elements = 50000000;        // stage 3: prefetch the next unit if not larger
-  int64_t max_live_elements = 1000000000;      // stage 3: gathered elements at most
+  // Stage 3 prefetch, DeepSpeed's rule (PartitionedParameterCoordinator): the next unit is
+  // gathered ahead while nothing is being prefetched yet and the gathered elements are under
+  // max_live_elements, whatever its size; prefetch_elements 0 turns prefetching off.
+  int64_t prefetch_elements = 50000000;
+  int64_t max_live_elements = 1000000000;
   double predivide_factor = 1.0;               // gradient_predivide_factor
   bool prescale = false;                       // prescale_gradients
   int64_t reduce_bucket_elements = 500000000;  // reduce_bucket_size: padded elements per bucket
@@ -172,6 +175,8 @@ class ZeroState : public nn::UnitHooks {
   void after_backward(int unit) override;
   // First error a hook met (hooks cannot return one); checked by the engine after each pass.
   const Status& hook_status() const { return hook_status_; }
+  // Stage 3: all-gathers issued ahead of their unit (prefetches) since construction.
+  int64_t prefetches_issued() const { return prefetches_issued_; }
 
  private:
   // One flushed bucket. The full gradients it reads need no reference here: Gloo's worker holds
@@ -206,14 +211,23 @@ class ZeroState : public nn::UnitHooks {
   bool boundary_ = true;
   std::vector<CommHandle> stream_handles_;  // GPU: stream-ordered operations, waited per pass
   int64_t live_elements_ = 0;
+  int64_t prefetches_issued_ = 0;
   Status hook_status_;
   std::unique_ptr<OptimizerOffload> offload_;
 };
 
+// Stage 3: whether the next unit is all-gathered ahead, by DeepSpeed's rule: it fetches while
+// `numel_prefetching < min(max_live_parameters - live, prefetch_bucket_size)`, so the first
+// candidate goes whenever both bounds leave room, however large it is.
+inline bool should_prefetch(int64_t prefetch_elements, int64_t max_live_elements,
+                            int64_t live_elements) {
+  return prefetch_elements > 0 && live_elements < max_live_elements;
+}
+
 // Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params.
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed);
-// The same values, but only elements [begin, end) of the flat buffer are written (the rest of
-// `out` is untouched): what a rank holding one chunk of the unit needs.
+// The same values for elements [begin, end) of the flat buffer only, written to out[0, end -
+// begin): what a rank holding one chunk of the unit needs (it draws and holds no more).
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, int64_t end);
 
 }  // namespace zt::zero

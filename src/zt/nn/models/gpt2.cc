@@ -54,6 +54,9 @@ Result<Gpt2Config> gpt2_config_named(std::string_view name) {
   // Between the paper's 13B and 175B, same shape rules (head size 128): for "largest model" probes.
   if (name == "gpt-20b") return make(44, 48, 6144, 50257, 2048);
   if (name == "gpt-30b") return make(48, 56, 7168, 50257, 2048);
+  if (name == "gpt-40b") return make(48, 64, 8192, 50257, 2048);
+  if (name == "gpt-50b") return make(60, 64, 8192, 50257, 2048);
+  if (name == "gpt-65b") return make(80, 64, 8192, 50257, 2048);
   std::string names;
   for (const auto& n : gpt2_config_names()) names += (names.empty() ? "" : ", ") + n;
   return not_found("unknown model '{}'; known models: {}", name, names);
@@ -61,7 +64,8 @@ Result<Gpt2Config> gpt2_config_named(std::string_view name) {
 
 std::vector<std::string> gpt2_config_names() {
   return {"gpt2-tiny", "gpt2",     "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt-1.3b",
-          "gpt-2.7b",  "gpt-6.7b", "gpt-13b",     "gpt-20b",    "gpt-30b"};
+          "gpt-2.7b",  "gpt-6.7b", "gpt-13b",     "gpt-20b",    "gpt-30b",
+          "gpt-40b",   "gpt-50b",  "gpt-65b"};
 }
 
 Gpt2::Gpt2(const Gpt2Config& config) : config_(config) {

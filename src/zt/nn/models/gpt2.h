@@ -23,7 +23,9 @@ struct Gpt2Config {
 
 // Named sizes: gpt2-tiny (tests and the CPU demo, byte-level vocabulary), gpt2 (124M),
 // gpt2-medium (350M), gpt2-large (774M), gpt2-xl (1.5B), and GPT-3-shaped gpt-1.3b (24 layers,
-// width 2048), gpt-2.7b (32 x 2560), gpt-6.7b (32 x 4096), gpt-13b (40 x 5120; context 2048).
+// width 2048), gpt-2.7b (32 x 2560), gpt-6.7b (32 x 4096), gpt-13b (40 x 5120; context 2048),
+// and, for largest-model probes, gpt-20b (44 x 6144), gpt-30b (48 x 7168), gpt-40b (48 x 8192),
+// gpt-50b (60 x 8192) and gpt-65b (80 x 8192), head size 128.
 Result<Gpt2Config> gpt2_config_named(std::string_view name);
 std::vector<std::string> gpt2_config_names();
 // Rounds vocab up to a multiple of 64 (tiny vocabularies) or 128.
