@@ -180,7 +180,7 @@ def aligned_block(free, n, ngpu):
     return ids if len(ids) == n else None
 
 
-def schedule(runs, ngpu, out, budget_s, log):
+def schedule(runs, ngpu, ncores, out, budget_s, log):
     start = time.monotonic()
     pending, running = list(runs), []
     free = set(range(ngpu))
@@ -240,6 +240,10 @@ def schedule(runs, ngpu, out, budget_s, log):
                 break
             pending.pop(0)
             argv, env = run.build(ids)
+            if not solo:
+                # Runs beside others get their GPUs' share of the cores for OpenMP (start-up draws,
+                # CPU kernels), so that one run's busy threads do not slow another's host thread.
+                env = {"OMP_NUM_THREADS": str(max(1, ncores * max(run.gpus, 1) // ngpu)), **env}
             run.ids, run.limit, run.t0 = ids, limit, time.monotonic()
             with open(f"{out}/{run.name}.out", "w") as fo, open(f"{out}/{run.name}.log", "w") as fe:
                 run.proc = subprocess.Popen(argv, stdout=fo, stderr=fe, cwd=ROOT,
@@ -401,6 +405,8 @@ def main():
     ap.add_argument("--ladders", default="s3,s2,s1,s3off")
     ap.add_argument("--zero-keys", default=os.environ.get("ZT_BENCH_ZERO_KEYS", ZERO_KEYS))
     ap.add_argument("--append", action="store_true", help="keep an earlier call's rows")
+    ap.add_argument("--only", default="", help="run only these run names (comma-separated)")
+    ap.add_argument("--solo", action="store_true", help="every run alone on the host")
     a = ap.parse_args()
     a.counts = [int(c) for c in a.counts.split(",")]
     a.stages = [int(s) for s in a.stages.split(",") if s]
@@ -449,6 +455,14 @@ def main():
         else:
             sys.exit(f"gpu_scaling.py: --plans: unknown plan {name}; "
                      "known: tests, 1.3b, 7b, largest, cpuadam")
+    if a.only:
+        keep = set(a.only.split(","))
+        plan.runs = [r for r in plan.runs if r.name in keep]
+        for r in plan.runs:
+            r.ladder = [x for x in r.ladder if x.name in keep] if r.ladder else r.ladder
+    if a.solo:
+        for r in plan.runs:
+            r.exclusive = True
     # The test suite goes beside the first one-GPU runs rather than first in line.
     tests = [r for r in plan.runs if r.kind == "tests"]
     others = [r for r in plan.runs if r.kind != "tests"]
@@ -458,7 +472,7 @@ def main():
         print(msg, flush=True)
 
     log(f"{len(plan.runs)} runs, budget {a.budget} s")
-    secs = schedule(plan.runs, ngpu, out, a.budget, log)
+    secs = schedule(plan.runs, ngpu, ncores, out, a.budget, log)
 
     rows = []
     if a.append and os.path.exists(f"{out}/runs.jsonl"):

@@ -111,18 +111,27 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     u.shard = u.padded / W;
     u.shard_offset = static_cast<int64_t>(rank()) * u.shard;
     u.persistent = stage < 3 || u.padded <= options.persistence_threshold;
-    // A unit sharded at rest needs only this rank's chunk: draw, hold and copy only that.
-    // `host` holds the unit's elements [host_begin, host_begin + host.numel()).
-    const int64_t host_begin = u.persistent ? 0 : u.shard_offset;
-    Tensor host = Tensor::empty({u.persistent ? u.padded : u.shard}, DType::f32, Device::cpu());
+    // What this rank draws, holds and copies: the whole unit at stage 0 (its fp32 master is
+    // whole) or with one rank; otherwise only its own chunk. A unit sharded at rest is gathered
+    // when it computes; a persistent one (stages 1-2, small units at stage 3) gets its own chunk
+    // written here and the others' by one all-gather after the loop, as after every step. Each
+    // rank so draws 1/W of the model, and the values are those of the whole draw.
+    const bool whole = stage == 0 || W == 1;
+    const int64_t host_begin = whole ? 0 : u.shard_offset;
+    Tensor host = Tensor::empty({whole ? u.padded : u.shard}, DType::f32, Device::cpu());
     init_unit_params(*unit, host.data<float>(), seed, host_begin, host_begin + host.numel());
-    Tensor full = dev.is_cpu() || !u.persistent ? host : host.to(dev, s);
-    Tensor own = u.persistent ? full.view(u.shard_offset, {u.shard}) : full;
-    if (!dev.is_cpu() && !u.persistent) own = own.to(dev, s);
-    Tensor host_own = u.persistent ? host.view(u.shard_offset, {u.shard}) : host;
+    Tensor on_dev = dev.is_cpu() ? host : host.to(dev, s);
+    Tensor full = whole ? on_dev : Tensor();
+    Tensor own = whole ? on_dev.view(u.shard_offset, {u.shard}) : on_dev;
+    Tensor host_own = whole ? host.view(u.shard_offset, {u.shard}) : host;
     if (u.persistent) {
       u.value = Tensor::empty({u.padded}, options.compute_dtype, dev, s);
-      round_into(u.value, full, options.round_dtype, s);
+      if (whole) {
+        round_into(u.value, full, options.round_dtype, s);
+      } else {
+        Tensor mine = u.value.view(u.shard_offset, {u.shard});
+        round_into(mine, own, options.round_dtype, s);
+      }
     } else if (dev.is_cuda() && !master_shared() && !offloaded() &&
                options.round_dtype == options.compute_dtype) {
       u.shard_from_master = true;
@@ -150,6 +159,9 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     units_.push_back(std::move(u));
   }
   if (offloaded()) offload_ = std::make_unique<OptimizerOffload>(*this, model);
+  // The persistent units' other chunks (their own ones were written above). A failure here is
+  // reported by the first pass, as a hook's would be.
+  if (stage >= 1 && W > 1) record(publish_params(/*lowp_written=*/true));
   options_.stream.synchronize();
 }
 
