@@ -6,7 +6,8 @@ copy that holds gpu_bundle/ and bench/. Every run is one benchmark process tree 
 limit; its stdout and stderr go to NAME.out and NAME.log under ${OUT:-gpu_out}/scaling.
 
 Plans (--plans, comma-separated, run in that order):
-  tests     zt_gpu_tests on one GPU (beside the first plan's one-GPU runs).
+  tests     zt_gpu_tests on one GPU, alone and first (its CPU references keep every core busy:
+            beside it, two-GPU runs measured half their speed).
   1.3b      gpt-1.3b (24 x 2048), micro-batch 4 per GPU: ZeroTrain stages 3, 2, 1
             (bench/gpt2_bench.cc) and PyTorch FSDP2 with reshard_after_forward (~ZeRO-3) and DDP
             (bench/zero_torch.py under torchrun) on 1, 2, 4 and 8 GPUs (as far as the host has
@@ -25,7 +26,10 @@ waits and holds back those after it). Runs of 1, 2 or 4 GPUs share the host with
 disjoint GPUs (aligned blocks: 0-1, 2-3, 0-3, ...); runs that use host cores heavily (CPU
 offload, the ladders, cpuadam) and runs on every GPU start only when nothing else runs. Each
 run's limit is the least of its cap and the time left before --budget (a run left under 25 s is
-skipped and reported so); a hang or an out-of-memory rank ends that run alone.
+skipped and reported so); a hang or an out-of-memory rank ends that run alone. Measured on 8
+H200s: ZeroTrain's runs give the same figures beside others as alone, but PyTorch FSDP2 on one
+GPU, whose step is bound by its Python host work, ran about 20% slower beside others: --solo
+runs everything alone, for figures to quote when the call has the time.
 
 Results: runs.jsonl (one line per run: outcome, GPUs, the runs it shared the host with),
 results.jsonl (that line merged with the benchmark's JSON line), and the short table printed
@@ -152,7 +156,8 @@ class Plan:
                 run.ladder = ladder[:i]  # runs only if every smaller model of its ladder ran
 
     def tests(self):
-        run = Run("tests", "gpu_tests", "zt_gpu_tests", 1, "-", 0, None, cap=300, kind="tests")
+        run = Run("tests", "gpu_tests", "zt_gpu_tests", 1, "-", 0, None, exclusive=True, cap=300,
+                  kind="tests")
         run.build = lambda ids: ([os.path.join(BIN, "zt_gpu_tests"), "--gtest_brief=1"],
                                  {"CUDA_VISIBLE_DEVICES": str(ids[0])})
         self.runs.append(run)
@@ -463,10 +468,9 @@ def main():
     if a.solo:
         for r in plan.runs:
             r.exclusive = True
-    # The test suite goes beside the first one-GPU runs rather than first in line.
-    tests = [r for r in plan.runs if r.kind == "tests"]
-    others = [r for r in plan.runs if r.kind != "tests"]
-    plan.runs = others[:1] + tests + others[1:] if others else tests
+    # The test suite first, alone.
+    plan.runs = ([r for r in plan.runs if r.kind == "tests"] +
+                 [r for r in plan.runs if r.kind != "tests"])
 
     def log(msg):
         print(msg, flush=True)

@@ -48,4 +48,14 @@ EngineRun train_tiny_gpt2(const std::string& json, int micro_steps, uint64_t see
   return out;
 }
 
+CpuTrainBatch::CpuTrainBatch(const nn::Gpt2Config& c, int64_t batch, int64_t seq)
+    : tokens(random_ints({batch, seq}, c.vocab_size, 1)),
+      targets(random_ints({batch, seq}, c.vocab_size, 2)),
+      ctx{.device = Device::cpu(),
+          .stream = {},
+          .compute_dtype = DType::f32,
+          .mode = nn::Mode::kTrain,
+          .targets = &targets,
+          .dloss = 1.0f / static_cast<float>(batch * seq)} {}
+
 }  // namespace zt::testing

@@ -30,4 +30,15 @@ struct EngineRun {
 EngineRun train_tiny_gpt2(const std::string& json, int micro_steps, uint64_t seed,
                           uint64_t data_seed);
 
+// A training micro-batch of random tokens and targets (seeds 1 and 2) for driving a model's
+// forward and backward directly on the CPU in f32, with the context that points at them (so
+// it is built in place and neither copied nor moved).
+struct CpuTrainBatch {
+  CpuTrainBatch(const nn::Gpt2Config& c, int64_t batch, int64_t seq);
+  CpuTrainBatch(const CpuTrainBatch&) = delete;
+  CpuTrainBatch& operator=(const CpuTrainBatch&) = delete;
+  Tensor tokens, targets;
+  nn::Context ctx;
+};
+
 }  // namespace zt::testing

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/comm/communicator.h"
 #include "zt/nn/models/gpt2.h"
@@ -70,19 +71,11 @@ Counts run(int64_t bucket, int64_t max_live) {
   Counts n;
   n.units = static_cast<int>(zero.units().size());
   for (const auto& u : zero.units()) n.largest = std::max(n.largest, u.padded);
-  const int64_t B = 2, T = 16;
-  Tensor tokens = testing::random_ints({B, T}, c->vocab_size, 1);
-  Tensor targets = testing::random_ints({B, T}, c->vocab_size, 2);
-  nn::Context ctx{.device = Device::cpu(),
-                  .stream = {},
-                  .compute_dtype = DType::f32,
-                  .mode = nn::Mode::kTrain,
-                  .targets = &targets,
-                  .dloss = 1.0f / static_cast<float>(B * T)};
-  model.forward(ctx, tokens, &zero);
+  testing::CpuTrainBatch batch(*c, 2, 16);
+  model.forward(batch.ctx, batch.tokens, &zero);
   EXPECT_TRUE(zero.finish_pass().is_ok());
   n.forward = zero.prefetches_issued();
-  model.backward(ctx, &zero);
+  model.backward(batch.ctx, &zero);
   EXPECT_TRUE(zero.finish_pass().is_ok());
   EXPECT_TRUE(zero.hook_status().is_ok());
   n.backward = zero.prefetches_issued() - n.forward;

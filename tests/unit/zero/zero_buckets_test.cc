@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/comm/communicator.h"
 #include "zt/nn/models/gpt2.h"
@@ -139,20 +140,12 @@ BackwardRun run_backward(int stage, int64_t capacity, CommOverlap overlap, bool 
   BackwardRun run;
   for (size_t u = zero.units().size(); u-- > 0;)
     run.backward_sizes.push_back(zero.units()[u].padded);
-  const int64_t B = 2, T = 16;
-  Tensor tokens = testing::random_ints({B, T}, c->vocab_size, 1);
-  Tensor targets = testing::random_ints({B, T}, c->vocab_size, 2);
-  nn::Context ctx{.device = Device::cpu(),
-                  .stream = {},
-                  .compute_dtype = DType::f32,
-                  .mode = nn::Mode::kTrain,
-                  .targets = &targets,
-                  .dloss = 1.0f / static_cast<float>(B * T)};
-  model.forward(ctx, tokens, &zero);
+  testing::CpuTrainBatch batch(*c, 2, 16);
+  model.forward(batch.ctx, batch.tokens, &zero);
   EXPECT_TRUE(zero.finish_pass().is_ok());
   comm.calls.clear();  // stage 3 gathers in the forward: not what is checked
   zero.set_boundary(boundary);
-  model.backward(ctx, &zero);
+  model.backward(batch.ctx, &zero);
   EXPECT_TRUE(zero.finish_pass().is_ok());
   for (auto& call : comm.calls) {
     if (call.op != "all_gather") run.calls.push_back(call);
