@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -118,9 +119,7 @@ double median_of(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   Args a = parse(argc, argv);
   auto mc = zt::nn::gpt2_config_named(a.model);
   if (!mc) {
@@ -278,4 +277,17 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Running out of GPU or pinned host memory is an outcome to report (the largest-model probes
+  // look for it), not a crash: one line and exit 1, so the launcher stops the other ranks.
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zt_bench_gpt2: error: %s\n", e.what());
+    return 1;
+  }
 }
