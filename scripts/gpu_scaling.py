@@ -52,8 +52,8 @@ MIN_RUN_S = 25
 # communication stream while backward runs.
 ZERO_KEYS = '"reduce_bucket_size": 50000000, "overlap_comm": true'
 # Ladders (smallest first), each starting at or below the size its stage is expected to reach.
-# Per GPU, stage 1 holds 2 + 4 + 12/N bytes per parameter, stage 2 2 + 16/N, stage 3 16/N
-# (docs/zero.md), stage 3 + offload 2/N on the GPU and 12/N pinned on the host per rank.
+# Per GPU, stage 1 holds 6 + 16/N bytes per parameter, stage 2 2 + 16/N, stage 3 16/N
+# (docs/zero.md), stage 3 + offload 6/N on the GPU and 12/N pinned on the host per rank.
 # On 8 H200s (139 GiB each, 560 GiB of host memory) that expects gpt-13b at stage 1, gpt-30b at
 # stage 2, gpt-50b at stage 3 and gpt-30b at stage 3 + offload (host-bound: 12 bytes a parameter).
 LADDERS = {

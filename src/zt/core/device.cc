@@ -75,6 +75,15 @@ std::string cuda_device_name(int index) {
 #endif
 }
 
+int64_t cuda_device_total_memory(int index) {
+#if ZT_HAVE_CUDA
+  return cuda::device_total_memory(index);
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
 Status device_check(Device d) {
   if (d.is_cpu()) return Status::ok();
   if (!cuda_built()) {

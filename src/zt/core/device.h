@@ -34,6 +34,8 @@ Status device_check(Device d);
 bool cuda_built();
 int cuda_device_count();  // 0 without a CUDA build or device
 std::string cuda_device_name(int index);
+// The GPU's memory in all, in bytes; 0 without a CUDA build or when it cannot be read.
+int64_t cuda_device_total_memory(int index);
 
 // A stream of work on a device. On the CPU every operation is synchronous and the handle is null.
 // A default-constructed Stream is the device's default (legacy) stream.

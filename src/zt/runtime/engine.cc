@@ -183,6 +183,15 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
                        .comm_dtype = config.communication_data_type
                                          ? std::optional<DType>(config.communication_dtype())
                                          : std::nullopt};
+  if (dev.is_cuda()) {
+    // Model state larger than the whole GPU can never train: say so, with what would fit, before
+    // minutes of drawing initial values end in an allocation failure.
+    std::vector<int64_t> numels;
+    for (auto& u : model.units()) numels.push_back(u->flat_numel());
+    const std::string err = zero::model_state_fit_error(
+        numels, zo, comm_->world_size(), cuda_device_total_memory(dev.index), dev.str());
+    if (!err.empty()) throw GpuOutOfMemory(err);
+  }
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);

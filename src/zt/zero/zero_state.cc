@@ -4,6 +4,8 @@
 #include <functional>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "zt/kernels/ops.h"
 #include "zt/zero/optimizer_offload.h"
 
@@ -82,6 +84,87 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
   }
 }
 
+UnitLayout unit_layout(int64_t numel, int world, int rank, const ZeroOptions& options) {
+  const int64_t align = kShardAlignElems * world;
+  UnitLayout l;
+  l.padded = (numel + align - 1) / align * align;
+  l.shard = l.padded / world;
+  l.shard_offset = static_cast<int64_t>(rank) * l.shard;
+  l.persistent = options.stage < 3 || l.padded <= options.persistence_threshold;
+  return l;
+}
+
+bool offloaded(const ZeroOptions& o) {
+  return o.optimizer_placement != OptimizerPlacement::kDevice;
+}
+
+bool master_shared(const ZeroOptions& o) {
+  return !offloaded(o) && o.round_dtype == DType::f32 && o.compute_dtype == DType::f32;
+}
+
+bool shard_from_master(const ZeroOptions& o, const UnitLayout& l) {
+  return !l.persistent && o.device.is_cuda() && !master_shared(o) && !offloaded(o) &&
+         o.round_dtype == o.compute_dtype;
+}
+
+ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
+                                    const ZeroOptions& options, int world) {
+  const auto compute = static_cast<int64_t>(dtype_size(options.compute_dtype));
+  const auto acc = static_cast<int64_t>(dtype_size(kernels::accum_dtype(options.compute_dtype)));
+  const int64_t f32 = 4;
+  ModelStateBytes b;
+  for (int64_t numel : unit_numels) {
+    const UnitLayout l = unit_layout(numel, world, 0, options);
+    if (l.persistent) {
+      b.params += l.padded * compute;
+    } else if (!shard_from_master(options, l)) {
+      b.params += l.shard * compute;
+    }
+    if (options.stage <= 1) b.grads += l.padded * acc;
+    if (options.stage >= 1) b.grads += l.shard * f32;
+    const int64_t master_elems = options.stage == 0 ? l.padded : l.shard;
+    if (!master_shared(options)) {
+      (offloaded(options) ? b.host_master : b.master) += master_elems * f32;
+    }
+    (offloaded(options) ? b.host_optimizer : b.optimizer) +=
+        options.optimizer_states * master_elems * f32;
+  }
+  return b;
+}
+
+std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
+                                  const ZeroOptions& options, int world, int64_t device_bytes,
+                                  const std::string& device_name) {
+  const ModelStateBytes need = predict_state_bytes(unit_numels, options, world);
+  if (device_bytes <= 0 || need.total() <= device_bytes) return "";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  int64_t params = 0;
+  for (int64_t n : unit_numels) params += n;
+  const std::string count = params >= 1000000000 ? fmt::format("{:.2f}B", params / 1e9)
+                            : params >= 1000000  ? fmt::format("{:.1f}M", params / 1e6)
+                                                 : fmt::format("{}", params);
+  ZeroOptions s3 = options;
+  s3.stage = 3;
+  const ModelStateBytes at3 = predict_state_bytes(unit_numels, s3, world);
+  s3.optimizer_placement = OptimizerPlacement::kHostPinned;
+  const ModelStateBytes at3off = predict_state_bytes(unit_numels, s3, world);
+  std::string instead;
+  if (options.stage < 3) instead += fmt::format("ZeRO stage 3 needs {:.1f} GiB, ", at3.total() / kGiB);
+  if (!offloaded(options)) {
+    instead += fmt::format(
+        "stage 3 with offload_optimizer {{\"device\": \"cpu\"}} {:.1f} GiB (and {:.1f} GiB of "
+        "host memory per rank), ",
+        at3off.total() / kGiB, at3off.host_total() / kGiB);
+  }
+  return fmt::format(
+      "the model state alone needs {:.1f} GiB per GPU at ZeRO stage {}{} on {} rank(s) ({} "
+      "parameters: compute copy {:.1f} GiB, gradients {:.1f}, fp32 master {:.1f}, optimizer "
+      "state {:.1f}), more than {}'s {:.1f} GiB in all; {}or use more GPUs",
+      need.total() / kGiB, options.stage, offloaded(options) ? " with offload_optimizer" : "",
+      world, count, need.params / kGiB, need.grads / kGiB, need.master / kGiB,
+      need.optimizer / kGiB, device_name, device_bytes / kGiB, instead);
+}
+
 ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed)
     : model_(model),
       options_(options),
@@ -92,7 +175,6 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
   const Device dev = options.device;
   const Stream& s = options.stream;
   const int W = world_size();
-  const int64_t align = kShardAlignElems * W;
   const DType acc = kernels::accum_dtype(options.compute_dtype);
   const int stage = options.stage;
   ZT_ASSERT(!offloaded() || stage >= 1, "offload_optimizer needs ZeRO stage 1-3, not {}", stage);
@@ -107,10 +189,11 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
   for (auto& unit : model.units()) {
     UnitState u;
     u.numel = unit->flat_numel();
-    u.padded = (u.numel + align - 1) / align * align;
-    u.shard = u.padded / W;
-    u.shard_offset = static_cast<int64_t>(rank()) * u.shard;
-    u.persistent = stage < 3 || u.padded <= options.persistence_threshold;
+    const UnitLayout l = unit_layout(u.numel, W, rank(), options);
+    u.padded = l.padded;
+    u.shard = l.shard;
+    u.shard_offset = l.shard_offset;
+    u.persistent = l.persistent;
     // What this rank draws, holds and copies: the whole unit at stage 0 (its fp32 master is
     // whole) or with one rank; otherwise only its own chunk. A unit sharded at rest is gathered
     // when it computes; a persistent one (stages 1-2, small units at stage 3) gets its own chunk
@@ -132,8 +215,7 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
         Tensor mine = u.value.view(u.shard_offset, {u.shard});
         round_into(mine, own, options.round_dtype, s);
       }
-    } else if (dev.is_cuda() && !master_shared() && !offloaded() &&
-               options.round_dtype == options.compute_dtype) {
+    } else if (shard_from_master(options, l)) {
       u.shard_from_master = true;
     } else {
       u.value_shard = Tensor::empty({u.shard}, options.compute_dtype, dev, s);
@@ -178,14 +260,17 @@ void ZeroState::record(const Status& s) {
 }
 
 ModelStateBytes ZeroState::state_bytes() const {
+  // An absent buffer (no 16-bit chunk at rest, a gradient released after its reduction) holds
+  // nothing; an undefined tensor's shape would count one element.
+  auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
   ModelStateBytes b;
   for (const auto& u : units_) {
-    b.params += static_cast<int64_t>(u.persistent ? u.value.nbytes() : u.value_shard.nbytes());
-    if (options_.stage <= 1) b.grads += static_cast<int64_t>(u.grad.nbytes());
-    if (options_.stage >= 1) b.grads += static_cast<int64_t>(u.grad_shard.nbytes());
-    int64_t master = master_shared() ? 0 : static_cast<int64_t>(u.master.nbytes());
+    b.params += bytes(u.persistent ? u.value : u.value_shard);
+    if (options_.stage <= 1) b.grads += bytes(u.grad);
+    if (options_.stage >= 1) b.grads += bytes(u.grad_shard);
+    int64_t master = master_shared() ? 0 : bytes(u.master);
     int64_t state = 0;
-    for (const auto& t : u.state) state += static_cast<int64_t>(t.nbytes());
+    for (const auto& t : u.state) state += bytes(t);
     (offloaded() ? b.host_master : b.master) += master;
     (offloaded() ? b.host_optimizer : b.optimizer) += state;
   }

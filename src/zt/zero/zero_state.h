@@ -31,6 +31,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "zt/comm/communicator.h"
@@ -123,6 +124,39 @@ struct ModelStateBytes {
   int64_t host_total() const { return host_master + host_optimizer + host_buffers; }
 };
 
+// Where a unit of `numel` elements lives on `world` ranks: padded to a multiple of world *
+// kShardAlignElems, the rank's equal shard, and whether its compute copy stays whole
+// (persistent: stages 0-2, and units no larger than persistence_threshold at stage 3).
+struct UnitLayout {
+  int64_t padded = 0;
+  int64_t shard = 0;
+  int64_t shard_offset = 0;
+  bool persistent = true;
+};
+UnitLayout unit_layout(int64_t numel, int world, int rank, const ZeroOptions& options);
+
+// What ZeroOptions decide about the buffers (ZeroState's methods of the same names ask these).
+bool offloaded(const ZeroOptions& o);
+// The master weights alias the compute copy (fp32 training without offload).
+bool master_shared(const ZeroOptions& o);
+// Stage 3 on a GPU in 16-bit without offload keeps no 16-bit shard of a sharded unit at rest.
+bool shard_from_master(const ZeroOptions& o, const UnitLayout& l);
+
+// The model-state bytes a ZeroState with these options on `world` ranks holds at rest for units
+// of `unit_numels` elements, computed without allocating anything: what state_bytes() reports
+// once it is built, except host_buffers (the offload pipeline's staging). The engine compares it
+// with the GPU's memory before drawing a single initial value.
+ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
+                                    const ZeroOptions& options, int world);
+
+// Empty when the model state of predict_state_bytes fits in `device_bytes` (the GPU's memory in
+// all), else one line for the user: what it needs per GPU and of what, the GPU's size, and what
+// would fit (stage 3, stage 3 with offload_optimizer, more GPUs). Activations and buffers come on
+// top, so passing says only that training is not impossible.
+std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
+                                  const ZeroOptions& options, int world, int64_t device_bytes,
+                                  const std::string& device_name);
+
 class ZeroState : public nn::UnitHooks {
  public:
   // Allocates this rank's buffers, initialises parameters (every parameter from its own stream
@@ -136,12 +170,9 @@ class ZeroState : public nn::UnitHooks {
   int world_size() const { return options_.comm->world_size(); }
   ModelStateBytes state_bytes() const;
   // Whether the master weights and optimizer state live in host memory (offload_optimizer).
-  bool offloaded() const { return options_.optimizer_placement != OptimizerPlacement::kDevice; }
+  bool offloaded() const { return zero::offloaded(options_); }
   // Whether the master weights alias the compute copy (fp32 training without offload).
-  bool master_shared() const {
-    return !offloaded() && options_.round_dtype == DType::f32 &&
-           options_.compute_dtype == DType::f32;
-  }
+  bool master_shared() const { return zero::master_shared(options_); }
   // The host step of offload_optimizer; null without offload.
   OptimizerOffload* offload() { return offload_.get(); }
 

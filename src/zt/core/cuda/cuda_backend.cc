@@ -23,6 +23,15 @@ std::string device_name(int index) {
   return prop.name;
 }
 
+int64_t device_total_memory(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(prop.totalGlobalMem);
+}
+
 void set_device(int index) { ZT_CUDA_CHECK(cudaSetDevice(index)); }
 
 void* stream_create(int device) {

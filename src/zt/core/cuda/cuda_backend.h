@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "zt/core/device.h"
@@ -11,6 +12,8 @@ namespace zt::cuda {
 
 int device_count();
 std::string device_name(int index);
+// Bytes of memory the device has in all (cudaDeviceProp::totalGlobalMem); 0 if unknown.
+int64_t device_total_memory(int index);
 void set_device(int index);
 void* stream_create(int device);
 void stream_synchronize(void* stream);
