@@ -294,6 +294,8 @@ def status(out, row):
                 "not tried": "not tried (a smaller model failed)"}[rc]
     if rc == 0:
         return "ok" if row.get("res") or row["kind"] == "tests" else "no JSON line"
+    if log_has(out, row["name"], "the model state alone needs"):
+        return f"model state larger than the GPU: refused at start (exit {rc})"
     if log_has(out, row["name"], "out of GPU memory") or log_has(out, row["name"], "OutOfMemory"):
         return f"out of GPU memory (exit {rc})"
     if log_has(out, row["name"], "out of host memory") or log_has(out, row["name"], "bad_alloc"):
