@@ -1,0 +1,50 @@
+// The engine's pre-flight check of model state on a real GPU (zero::model_state_fit_error, run
+// by the Engine before it allocates anything): a model whose state alone is larger than the GPU
+// is refused with GpuOutOfMemory and the numbers, and the device allocator's live bytes do not
+// move. The oracle for the figure is docs/zero.md's closed form: stage 0 in bf16 with AdamW holds
+// 2 + 4 + 4 + 8 = 18 bytes a parameter (padded to multiples of 64 elements per unit).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "common/test_util.h"
+#include "zt/nn/models/gpt2.h"
+#include "zt/runtime/engine.h"
+
+namespace zt {
+namespace {
+
+TEST(GpuEngineMemoryCheck, ModelStateLargerThanTheGpuIsRefusedBeforeAllocating) {
+  ZT_SKIP_WITHOUT_CUDA();
+  // gpt-65b at stage 0 on one GPU: 18 bytes x 65B parameters, over a terabyte.
+  auto c = nn::gpt2_config_named("gpt-65b");
+  ASSERT_TRUE(c.is_ok());
+  nn::Gpt2 model(*c);
+  auto cfg = config_parse(
+      R"({"train_batch_size": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 0}})",
+      "test", 1);
+  ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+  double padded = 0;
+  for (auto& u : model.units()) padded += static_cast<double>((u->flat_numel() + 63) / 64 * 64);
+  const std::string want = fmt::format("needs {:.1f} GiB per GPU at ZeRO stage 0 on 1 rank(s)",
+                                       18 * padded / (1 << 30));
+  device_synchronize(Device::cuda(0));
+  const size_t before = allocator_stats(Device::cuda(0)).allocated_bytes;
+  std::string message;
+  try {
+    auto e = initialize(model, *cfg, {.device = Device::cuda(0), .seed = 1});
+    ADD_FAILURE() << "a 65B model at stage 0 was not refused: "
+                  << (e.is_ok() ? "engine built" : e.status().message());
+  } catch (const GpuOutOfMemory& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find(want), std::string::npos) << message << "\nwanted: " << want;
+  EXPECT_NE(message.find("ZeRO stage 3 needs"), std::string::npos) << message;
+  EXPECT_EQ(allocator_stats(Device::cuda(0)).allocated_bytes, before);
+}
+
+}  // namespace
+}  // namespace zt
