@@ -62,6 +62,18 @@ std::vector<int64_t> unit_numels(nn::Model& model) {
   return n;
 }
 
+// A GPU engine's options in bf16 with AdamW, at `stage`, with or without CPU optimizer offload.
+ZeroOptions gpu_bf16_adamw(int stage, bool offload) {
+  ZeroOptions o;
+  o.device = Device::cuda(0);
+  o.compute_dtype = DType::bf16;
+  o.round_dtype = DType::bf16;
+  o.optimizer_states = 2;
+  o.stage = stage;
+  o.optimizer_placement = offload ? OptimizerPlacement::kHostPinned : OptimizerPlacement::kDevice;
+  return o;
+}
+
 TEST(StateBytes, PredictionIsWhatZeroStateAllocates) {
   nn::Gpt2 model(testing::tiny_gpt2_config());
   const std::vector<int64_t> numels = unit_numels(model);
@@ -124,15 +136,8 @@ TEST(StateBytes, GpuBf16MatchesTheClosedForms) {
     for (int stage = 0; stage <= 3; ++stage) {
       for (bool offload : {false, true}) {
         if (offload && stage == 0) continue;
-        ZeroOptions o;
-        o.device = Device::cuda(0);
-        o.compute_dtype = DType::bf16;
-        o.round_dtype = DType::bf16;
-        o.optimizer_states = 2;
-        o.stage = stage;
+        ZeroOptions o = gpu_bf16_adamw(stage, offload);
         o.persistence_threshold = 0;
-        o.optimizer_placement =
-            offload ? OptimizerPlacement::kHostPinned : OptimizerPlacement::kDevice;
         const ModelStateBytes b = predict_state_bytes(numels, o, world);
         const double per_param_gpu = static_cast<double>(b.total()) / P;
         const double per_param_host = static_cast<double>(b.host_total()) / P;
@@ -186,14 +191,8 @@ TEST(StateBytes, PredictionIsWhatTheEnginesReportedOnH200s) {
     auto c = nn::gpt2_config_named(r.model);
     ASSERT_TRUE(c.is_ok());
     nn::Gpt2 model(*c);
-    ZeroOptions o;
-    o.device = Device::cuda(0);
-    o.compute_dtype = DType::bf16;
-    o.round_dtype = DType::bf16;
-    o.optimizer_states = 2;
-    o.stage = r.stage;
-    o.optimizer_placement = r.offload ? OptimizerPlacement::kHostPinned : OptimizerPlacement::kDevice;
-    const ModelStateBytes b = predict_state_bytes(unit_numels(model), o, r.world);
+    const ModelStateBytes b =
+        predict_state_bytes(unit_numels(model), gpu_bf16_adamw(r.stage, r.offload), r.world);
     EXPECT_EQ(b.params, r.params - 4 * r.absent);
     EXPECT_EQ(b.grads, r.grads);
     EXPECT_EQ(b.master, r.master);
@@ -214,33 +213,23 @@ TEST(StateBytes, FitErrorOnlyWhenTheModelStateExceedsTheGpu) {
     nn::Gpt2 model(*c);
     return unit_numels(model);
   };
-  auto options = [](int stage, bool offload) {
-    ZeroOptions o;
-    o.device = Device::cuda(0);
-    o.compute_dtype = DType::bf16;
-    o.round_dtype = DType::bf16;
-    o.optimizer_states = 2;
-    o.stage = stage;
-    o.optimizer_placement = offload ? OptimizerPlacement::kHostPinned : OptimizerPlacement::kDevice;
-    return o;
-  };
   const auto b13 = numels_of("gpt-13b"), b20 = numels_of("gpt-20b"), b30 = numels_of("gpt-30b"),
              b40 = numels_of("gpt-40b"), b65 = numels_of("gpt-65b");
   // Trained on 8 H200s: stage 1 gpt-13b, stage 2 gpt-30b, stage 3 gpt-50b, offload gpt-30b.
-  EXPECT_EQ(model_state_fit_error(b13, options(1, false), 8, h200, "cuda:0"), "");
-  EXPECT_EQ(model_state_fit_error(b30, options(2, false), 8, h200, "cuda:0"), "");
-  EXPECT_EQ(model_state_fit_error(b30, options(3, true), 8, h200, "cuda:0"), "");
+  EXPECT_EQ(model_state_fit_error(b13, gpu_bf16_adamw(1, false), 8, h200, "cuda:0"), "");
+  EXPECT_EQ(model_state_fit_error(b30, gpu_bf16_adamw(2, false), 8, h200, "cuda:0"), "");
+  EXPECT_EQ(model_state_fit_error(b30, gpu_bf16_adamw(3, true), 8, h200, "cuda:0"), "");
   // 6 + 16/8 = 8 bytes a parameter at stage 1 for 20.3B, 2 + 16/8 = 4 at stage 2 for 39.1B.
-  const std::string s1 = model_state_fit_error(b20, options(1, false), 8, h200, "cuda:0");
+  const std::string s1 = model_state_fit_error(b20, gpu_bf16_adamw(1, false), 8, h200, "cuda:0");
   EXPECT_NE(s1.find("at ZeRO stage 1 on 8 rank(s)"), std::string::npos) << s1;
   EXPECT_NE(s1.find("more than cuda:0's 140.4 GiB"), std::string::npos) << s1;
   EXPECT_NE(s1.find("ZeRO stage 3 needs"), std::string::npos) << s1;
-  EXPECT_NE(model_state_fit_error(b40, options(2, false), 8, h200, "cuda:0"), "");
+  EXPECT_NE(model_state_fit_error(b40, gpu_bf16_adamw(2, false), 8, h200, "cuda:0"), "");
   // gpt-65b at stage 3 (16/8 bytes: 121 GiB) passes this check: it failed later, in the first
   // step, for its activations and gathered blocks; the check is only a lower bound.
-  EXPECT_EQ(model_state_fit_error(b65, options(3, false), 8, h200, "cuda:0"), "");
+  EXPECT_EQ(model_state_fit_error(b65, gpu_bf16_adamw(3, false), 8, h200, "cuda:0"), "");
   // A device whose size is unknown (0) is never refused.
-  EXPECT_EQ(model_state_fit_error(b40, options(0, false), 1, 0, "cuda:0"), "");
+  EXPECT_EQ(model_state_fit_error(b40, gpu_bf16_adamw(0, false), 1, 0, "cuda:0"), "");
   // The figure in the line is the closed form's.
   double params = 0;
   for (int64_t n : b20) params += static_cast<double>(n);
