@@ -16,6 +16,15 @@ nn::Gpt2Config tiny_gpt2_config() {
           .max_seq_len = 8};
 }
 
+nn::Gpt2Config small_gpt2_config(int n_layer) {
+  return {.n_layer = n_layer,
+          .n_head = 4,
+          .n_embd = 64,
+          .vocab_size = 97,
+          .padded_vocab_size = 128,
+          .max_seq_len = 32};
+}
+
 EngineRun train_tiny_gpt2(const std::string& json, int micro_steps, uint64_t seed,
                           uint64_t data_seed) {
   EngineRun out;

@@ -15,6 +15,9 @@ namespace zt::testing {
 
 // 2 layers, 2 heads, width 16, vocabulary 23 (padded to 64), sequence 8.
 nn::Gpt2Config tiny_gpt2_config();
+// The GPU tests' model: `n_layer` layers, 4 heads, width 64, vocabulary 97 (padded to 128),
+// sequence 32.
+nn::Gpt2Config small_gpt2_config(int n_layer);
 
 struct EngineRun {
   std::vector<double> losses;        // one per micro-step

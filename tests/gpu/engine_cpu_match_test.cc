@@ -3,6 +3,7 @@
 // bf16: within the rounding of 16-bit activations, 3e-2 absolute on losses near ln(V)).
 #include <cmath>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
@@ -11,12 +12,7 @@ namespace zt {
 namespace {
 
 std::vector<double> losses_on(Device device, const std::string& precision, int steps) {
-  nn::Gpt2Config c{.n_layer = 2,
-                   .n_head = 4,
-                   .n_embd = 64,
-                   .vocab_size = 97,
-                   .padded_vocab_size = 128,
-                   .max_seq_len = 32};
+  const nn::Gpt2Config c = testing::small_gpt2_config(2);
   nn::Gpt2 model(c);
   std::string json = R"({"train_batch_size": 4, "gradient_clipping": 1.0,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}}, )" +
@@ -62,12 +58,7 @@ TEST(GpuEngine, Fp16WithDynamicScaleTracksCpu) {
 
 TEST(GpuEngine, NoDeviceAllocationAfterFirstStep) {
   ZT_SKIP_WITHOUT_CUDA();
-  nn::Gpt2Config c{.n_layer = 2,
-                   .n_head = 4,
-                   .n_embd = 64,
-                   .vocab_size = 97,
-                   .padded_vocab_size = 128,
-                   .max_seq_len = 32};
+  const nn::Gpt2Config c = testing::small_gpt2_config(2);
   nn::Gpt2 model(c);
   auto cfg = config_parse(R"({"train_batch_size": 4, "bf16": {"enabled": true}})", "t", 1);
   ASSERT_TRUE(cfg.is_ok());

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
@@ -36,14 +37,7 @@ namespace {
 
 constexpr int kSteps = 5;
 
-nn::Gpt2Config tiny() {
-  return {.n_layer = 2,
-          .n_head = 4,
-          .n_embd = 64,
-          .vocab_size = 97,
-          .padded_vocab_size = 128,
-          .max_seq_len = 32};
-}
+nn::Gpt2Config tiny() { return testing::small_gpt2_config(2); }
 
 constexpr const char* kAdamW =
     R"("optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}})";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
@@ -21,12 +22,7 @@ struct Result {
 };
 
 Result train(Device device, int stage, const std::string& zero_extra) {
-  nn::Gpt2Config c{.n_layer = 3,
-                   .n_head = 4,
-                   .n_embd = 64,
-                   .vocab_size = 97,
-                   .padded_vocab_size = 128,
-                   .max_seq_len = 32};
+  const nn::Gpt2Config c = testing::small_gpt2_config(3);
   nn::Gpt2 model(c);
   std::string json = R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
       "gradient_clipping": 1.0, "zero_allow_untested_optimizer": true,
