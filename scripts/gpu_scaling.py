@@ -51,17 +51,33 @@ MIN_RUN_S = 25
 # ZeroTrain's zero_optimization tuning in every run: buckets of 5e7 elements reduced on the
 # communication stream while backward runs.
 ZERO_KEYS = '"reduce_bucket_size": 50000000, "overlap_comm": true'
-# Ladders (smallest first), each starting at or below the size its stage is expected to reach.
-# Per GPU, stage 1 holds 6 + 16/N bytes per parameter, stage 2 2 + 16/N, stage 3 16/N
-# (docs/zero.md), stage 3 + offload 6/N on the GPU and 12/N pinned on the host per rank.
-# On 8 H200s (139 GiB each, 560 GiB of host memory) that expects gpt-13b at stage 1, gpt-30b at
-# stage 2, gpt-50b at stage 3 and gpt-30b at stage 3 + offload (host-bound: 12 bytes a parameter).
+# Ladders (smallest first), each starting at or below the size its stage is expected to reach and
+# ending at the first size the engine's start-up check refuses. Per GPU, stage 1 holds 6 + 16/N
+# bytes per parameter, stage 2 2 + 16/N, stage 3 16/N (docs/zero.md), stage 3 + offload 6/N on
+# the GPU and 12/N pinned on the host per rank. H200s have 140 GiB each; the 8-GPU host 560 GiB of
+# host memory, the 4-GPU host 512 GiB. On 8 that expects gpt-13b at stage 1, gpt-30b at stage 2,
+# gpt-50b at stage 3 and gpt-40b at stage 3 + offload (host-bound: 12 bytes a parameter); on 4
+# gpt-13b, gpt-20b, gpt-30b and gpt-40b.
 LADDERS = {
-    "s3": "gpt-40b gpt-50b gpt-65b",
-    "s2": "gpt-20b gpt-30b gpt-40b",
-    "s1": "gpt-13b gpt-20b",
-    "s3off": "gpt-30b gpt-40b",
+    8: {
+        "s3": "gpt-40b gpt-50b gpt-65b",
+        "s2": "gpt-20b gpt-30b gpt-40b",
+        "s1": "gpt-13b gpt-20b",
+        "s3off": "gpt-30b gpt-40b gpt-50b",
+    },
+    4: {
+        "s3": "gpt-20b gpt-30b gpt-40b",
+        "s2": "gpt-13b gpt-20b gpt-30b",
+        "s1": "gpt-6.7b gpt-13b gpt-20b",
+        "s3off": "gpt-30b gpt-40b gpt-50b",
+    },
 }
+
+
+def ladders_for(ngpu):
+    """The ladder set of the largest GPU count in LADDERS not above ngpu (else the smallest)."""
+    fit = [n for n in LADDERS if n <= ngpu]
+    return LADDERS[max(fit) if fit else min(LADDERS)]
 
 
 class Run:
@@ -147,7 +163,7 @@ class Plan:
         for key in self.a.ladders:
             stage = 3 if key.startswith("s3") else int(key[1])
             offload = key == "s3off"
-            models = LADDERS[key].split()
+            models = ladders_for(self.ngpu)[key].split()
             impl = f"zerotrain-s{stage}" + ("-offload" if offload else "")
             ladder = [self.zt("largest", impl, stage, self.ngpu, m, 1, 4, 2, offload=offload,
                               exclusive=True, cap=self.a.ladder_cap, name=f"largest_{key}_{m}")
@@ -296,6 +312,8 @@ def status(out, row):
         return "ok" if row.get("res") or row["kind"] == "tests" else "no JSON line"
     if log_has(out, row["name"], "the model state alone needs"):
         return f"model state larger than the GPU: refused at start (exit {rc})"
+    if log_has(out, row["name"], "offload_optimizer keeps"):
+        return f"offloaded state larger than the host's memory: refused at start (exit {rc})"
     if log_has(out, row["name"], "out of GPU memory") or log_has(out, row["name"], "OutOfMemory"):
         return f"out of GPU memory (exit {rc})"
     if log_has(out, row["name"], "out of host memory") or log_has(out, row["name"], "bad_alloc"):
@@ -421,8 +439,8 @@ def main():
     a.offload_counts = [int(c) for c in a.offload_counts.split(",") if c]
     a.ladders = [k for k in a.ladders.split(",") if k]
     for k in a.ladders:
-        if k not in LADDERS:
-            sys.exit(f"gpu_scaling.py: --ladders: unknown ladder {k}; known: {', '.join(LADDERS)}")
+        if k not in LADDERS[8]:
+            sys.exit(f"gpu_scaling.py: --ladders: unknown ladder {k}; known: {', '.join(LADDERS[8])}")
 
     out = os.path.abspath(os.path.join(os.environ.get("OUT", "gpu_out"), "scaling"))
     os.makedirs(out, exist_ok=True)
@@ -440,7 +458,11 @@ def main():
                           "--format=csv,noheader"], capture_output=True, text=True)
     gpu_lines = [l for l in smi.stdout.splitlines() if l.strip()]
     ngpu = len(gpu_lines)
-    open(f"{out}/gpu.txt", "w").write(smi.stdout)
+    try:  # the host memory the offload rungs are measured against
+        meminfo = "".join(open("/proc/meminfo").readlines()[:3])
+    except OSError:
+        meminfo = ""
+    open(f"{out}/gpu.txt", "w").write(smi.stdout + meminfo)
     if ngpu < 1:
         sys.exit("gpu_scaling.py: nvidia-smi lists no GPU; nothing to measure")
     device = gpu_lines[0].split(",")[0].strip()

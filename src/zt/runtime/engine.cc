@@ -1,7 +1,10 @@
 #include "zt/runtime/engine.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "zt/comm/env.h"
+#include "zt/core/host_memory.h"
 #include "zt/core/log.h"
 #include "zt/runtime/py_format.h"
 #include "zt/zero/optimizer_offload.h"
@@ -36,6 +39,14 @@ optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config) {
 }
 
 namespace {
+
+// The ranks of this job on this host: the launcher's local size when its world is the
+// communicator's, else all of them (the ranks of an in-process world share this host).
+int ranks_on_this_host(int world) {
+  auto env = dist_env_from_environment();
+  if (env.is_ok() && env->world_size == world) return std::max(1, env->local_size);
+  return world;
+}
 
 // Where offload_optimizer puts the master weights and optimizer state on this device
 // (DeepSpeed: stages 1-3 only, and stages 1-2 treat any device other than "none" as the CPU).
@@ -191,6 +202,42 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
     const std::string err = zero::model_state_fit_error(
         numels, zo, comm_->world_size(), cuda_device_total_memory(dev.index), dev.str());
     if (!err.empty()) throw GpuOutOfMemory(err);
+    // Offloaded state larger than the host's free memory ends in the kernel's OOM killer (no
+    // message) or a failed page-locked allocation after minutes of start-up. Every rank reads
+    // what is available before any allocates (the all-reduce orders the two), and all refuse
+    // together when one host is short, so no rank waits in a collective for one that stopped.
+    if (zero::offloaded(zo)) {
+      const int world = comm_->world_size();
+      const HostMemory host = host_memory();
+      const int on_host = ranks_on_this_host(world);
+      const std::string host_err =
+          zero::host_state_fit_error(numels, zo, world, on_host, host.available);
+      const double need =
+          static_cast<double>(zero::predict_state_bytes(numels, zo, world).host_total() * on_host);
+      std::vector<double> spare{host.available > 0 ? static_cast<double>(host.available) - need
+                                                   : 1e30};
+      if (world > 1) {
+        Tensor t = Tensor::from_doubles(spare, {1}, DType::f64, dev);
+        const Status s = comm_->all_reduce(t, ReduceOp::kMin, ctx_.stream).wait();
+        if (!s.is_ok()) throw std::runtime_error(fmt::format("engine start-up: {}", s.message()));
+        spare = t.to_doubles();
+      }
+      if (!host_err.empty()) throw HostOutOfMemory(host_err);
+      if (spare[0] < 0) {
+        throw HostOutOfMemory(fmt::format(
+            "offload_optimizer: another rank's host lacks {:.1f} GiB of host memory for the "
+            "offloaded optimizer state (that rank's message has the figures); this rank's host "
+            "has enough",
+            -spare[0] / (1024.0 * 1024.0 * 1024.0)));
+      }
+      if (comm_->rank() == 0 && host.available > 0) {
+        ZT_LOG_INFO(
+            "engine: offloaded model state {:.1f} GiB for the {} rank(s) on this host, "
+            "{:.1f} GiB of host memory available{}",
+            need / (1024.0 * 1024.0 * 1024.0), on_host, host.available / (1024.0 * 1024.0 * 1024.0),
+            host.cgroup_limit ? " (within the control group's limit)" : "");
+      }
+    }
   }
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);

@@ -24,6 +24,20 @@ void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
   kernels::cast(dst, tmp, s);
 }
 
+int64_t param_count(const std::vector<int64_t>& unit_numels) {
+  int64_t params = 0;
+  for (int64_t n : unit_numels) params += n;
+  return params;
+}
+
+// "48.75B", "124.4M": how the fit errors name a model's size.
+std::string param_count_text(const std::vector<int64_t>& unit_numels) {
+  const int64_t params = param_count(unit_numels);
+  return params >= 1000000000 ? fmt::format("{:.2f}B", params / 1e9)
+         : params >= 1000000  ? fmt::format("{:.1f}M", params / 1e6)
+                              : fmt::format("{}", params);
+}
+
 }  // namespace
 
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
@@ -138,18 +152,15 @@ std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
   const ModelStateBytes need = predict_state_bytes(unit_numels, options, world);
   if (device_bytes <= 0 || need.total() <= device_bytes) return "";
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  int64_t params = 0;
-  for (int64_t n : unit_numels) params += n;
-  const std::string count = params >= 1000000000 ? fmt::format("{:.2f}B", params / 1e9)
-                            : params >= 1000000  ? fmt::format("{:.1f}M", params / 1e6)
-                                                 : fmt::format("{}", params);
+  const std::string count = param_count_text(unit_numels);
   ZeroOptions s3 = options;
   s3.stage = 3;
   const ModelStateBytes at3 = predict_state_bytes(unit_numels, s3, world);
   s3.optimizer_placement = OptimizerPlacement::kHostPinned;
   const ModelStateBytes at3off = predict_state_bytes(unit_numels, s3, world);
   std::string instead;
-  if (options.stage < 3) instead += fmt::format("ZeRO stage 3 needs {:.1f} GiB, ", at3.total() / kGiB);
+  if (options.stage < 3)
+    instead += fmt::format("ZeRO stage 3 needs {:.1f} GiB, ", at3.total() / kGiB);
   if (!offloaded(options)) {
     instead += fmt::format(
         "stage 3 with offload_optimizer {{\"device\": \"cpu\"}} {:.1f} GiB (and {:.1f} GiB of "
@@ -163,6 +174,28 @@ std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
       need.total() / kGiB, options.stage, offloaded(options) ? " with offload_optimizer" : "",
       world, count, need.params / kGiB, need.grads / kGiB, need.master / kGiB,
       need.optimizer / kGiB, device_name, device_bytes / kGiB, instead);
+}
+
+std::string host_state_fit_error(const std::vector<int64_t>& unit_numels,
+                                 const ZeroOptions& options, int world, int ranks_on_host,
+                                 int64_t available_bytes) {
+  if (!offloaded(options) || available_bytes <= 0) return "";
+  const ModelStateBytes need = predict_state_bytes(unit_numels, options, world);
+  const double on_host = static_cast<double>(need.host_total()) * ranks_on_host;
+  if (on_host <= static_cast<double>(available_bytes)) return "";
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double per_param = static_cast<double>(need.host_total()) * world /
+                           static_cast<double>(std::max<int64_t>(1, param_count(unit_numels)));
+  return fmt::format(
+      "offload_optimizer keeps {:.1f} GiB of {} host memory per rank ({} parameters at {:.0f} "
+      "bytes each, split over {} rank(s): fp32 master {:.1f} GiB, optimizer state {:.1f}), {:.1f} "
+      "GiB "
+      "for the {} rank(s) on this host, more than the {:.1f} GiB available to this process; "
+      "run fewer ranks per host (more nodes), free host memory, or raise the job's memory limit",
+      need.host_total() / kGiB,
+      options.optimizer_placement == OptimizerPlacement::kHostPinned ? "page-locked" : "pageable",
+      param_count_text(unit_numels), per_param, world, need.host_master / kGiB,
+      need.host_optimizer / kGiB, on_host / kGiB, ranks_on_host, available_bytes / kGiB);
 }
 
 ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed)

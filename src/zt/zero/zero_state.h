@@ -157,6 +157,15 @@ std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
                                   const ZeroOptions& options, int world, int64_t device_bytes,
                                   const std::string& device_name);
 
+// Empty when the offloaded model state (host_master + host_optimizer of predict_state_bytes) of
+// `ranks_on_host` ranks fits in `available_bytes` of host memory (host_memory().available; 0 =
+// unknown, never refused), else one line for the user: what a rank keeps on the host and of what,
+// the sum over the ranks on this host, what is available, and what would fit. Options without
+// offload need nothing on the host and always pass.
+std::string host_state_fit_error(const std::vector<int64_t>& unit_numels,
+                                 const ZeroOptions& options, int world, int ranks_on_host,
+                                 int64_t available_bytes);
+
 class ZeroState : public nn::UnitHooks {
  public:
   // Allocates this rank's buffers, initialises parameters (every parameter from its own stream

@@ -13,48 +13,14 @@
 #include <fmt/format.h>
 
 #include "common/engine_runs.h"
-#include "zt/comm/communicator.h"
+#include "common/fake_world_comm.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/zero/zero_state.h"
 
 namespace zt::zero {
 namespace {
 
-// Rank `rank` of a world of `world` whose collectives do nothing (each returns a finished
-// handle): enough to build a ZeroState and count its buffers.
-class FakeWorldComm final : public Communicator {
- public:
-  FakeWorldComm(int world, int rank) : world_(world), rank_(rank) {
-    auto c = communicator_create(DistEnv{}, Device::cpu());
-    ZT_ASSERT(c.is_ok(), "stub");
-    inner_ = std::move(c).value();
-  }
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
-  Device device() const override { return Device::cpu(); }
-  std::string_view backend_name() const override { return "fake"; }
-  CommHandle all_reduce(Tensor&, ReduceOp, std::optional<Stream>) override { return done(); }
-  CommHandle reduce_scatter(Tensor&, const Tensor&, ReduceOp, std::optional<Stream>) override {
-    return done();
-  }
-  CommHandle all_reduce_coalesced(std::span<Tensor>, ReduceOp, std::optional<Stream>) override {
-    return done();
-  }
-  CommHandle reduce_scatter_coalesced(std::span<Tensor>, std::span<const Tensor>, ReduceOp,
-                                      std::optional<Stream>) override {
-    return done();
-  }
-  CommHandle all_gather(Tensor&, const Tensor&, std::optional<Stream>) override { return done(); }
-  CommHandle broadcast(Tensor&, int, std::optional<Stream>) override { return done(); }
-  CommHandle send(const Tensor&, int, std::optional<Stream>) override { return done(); }
-  CommHandle recv(Tensor&, int, std::optional<Stream>) override { return done(); }
-  CommHandle barrier(std::optional<Stream>) override { return done(); }
-
- private:
-  CommHandle done() { return inner_->barrier(); }
-  int world_, rank_;
-  std::unique_ptr<Communicator> inner_;
-};
+using testing::FakeWorldComm;
 
 std::vector<int64_t> unit_numels(nn::Model& model) {
   std::vector<int64_t> n;
@@ -103,8 +69,7 @@ TEST(StateBytes, PredictionIsWhatZeroStateAllocates) {
               SCOPED_TRACE(::testing::Message()
                            << "stage " << stage << " world " << world << " round "
                            << dtype_name(round) << " states " << states << " offload "
-                           << (place != OptimizerPlacement::kDevice) << " threshold "
-                           << threshold);
+                           << (place != OptimizerPlacement::kDevice) << " threshold " << threshold);
               const ModelStateBytes want = ZeroState(model, o, 1).state_bytes();
               const ModelStateBytes got = predict_state_bytes(numels, o, world);
               EXPECT_EQ(got.params, want.params);
@@ -143,10 +108,18 @@ TEST(StateBytes, GpuBf16MatchesTheClosedForms) {
         const double per_param_host = static_cast<double>(b.host_total()) / P;
         double gpu = 0;
         switch (stage) {
-          case 0: gpu = 18; break;
-          case 1: gpu = 6 + 16 / W; break;
-          case 2: gpu = 2 + 16 / W; break;
-          case 3: gpu = 16 / W; break;
+          case 0:
+            gpu = 18;
+            break;
+          case 1:
+            gpu = 6 + 16 / W;
+            break;
+          case 2:
+            gpu = 2 + 16 / W;
+            break;
+          case 3:
+            gpu = 16 / W;
+            break;
         }
         double host = 0;
         if (offload) {
@@ -154,8 +127,8 @@ TEST(StateBytes, GpuBf16MatchesTheClosedForms) {
           host = 12 / W;
           if (stage == 3) gpu += 2 / W;  // the 16-bit own chunk is kept at rest then
         }
-        SCOPED_TRACE(::testing::Message() << "stage " << stage << " world " << world
-                                          << " offload " << offload);
+        SCOPED_TRACE(::testing::Message()
+                     << "stage " << stage << " world " << world << " offload " << offload);
         EXPECT_DOUBLE_EQ(per_param_gpu, gpu);
         EXPECT_DOUBLE_EQ(per_param_host, host);
       }
@@ -235,6 +208,43 @@ TEST(StateBytes, FitErrorOnlyWhenTheModelStateExceedsTheGpu) {
   for (int64_t n : b20) params += static_cast<double>(n);
   const std::string gib = fmt::format("needs {:.1f} GiB per GPU", 8 * params / (1 << 30));
   EXPECT_NE(s1.find(gib), std::string::npos) << s1 << " / " << gib;
+}
+
+// The host-memory check of offload: 12 bytes a parameter (fp32 master 4, Adam's two moments 8,
+// docs/zero.md) summed over the ranks of one host, against what the host has available.
+TEST(StateBytes, HostFitErrorOnlyWhenTheOffloadedStateExceedsTheHost) {
+  const int64_t gib = int64_t{1} << 30;
+  auto c = nn::gpt2_config_named("gpt-50b");
+  ASSERT_TRUE(c.is_ok());
+  nn::Gpt2 model(*c);
+  const std::vector<int64_t> numels = unit_numels(model);
+  double padded = 0;  // each unit padded to a multiple of 8 ranks x 64 elements
+  for (int64_t n : numels) padded += static_cast<double>((n + 511) / 512 * 512);
+  const double all_ranks = 12 * padded;  // bytes over the 8 ranks together
+  const ZeroOptions off = gpu_bf16_adamw(3, true);
+  // 545 GiB for gpt-50b: an 8-GPU host with 560 GiB free holds it, one with 500 GiB does not.
+  EXPECT_EQ(host_state_fit_error(numels, off, 8, 8, 560 * gib), "");
+  const std::string e = host_state_fit_error(numels, off, 8, 8, 500 * gib);
+  EXPECT_NE(e.find(fmt::format("{:.1f} GiB for the 8 rank(s) on this host", all_ranks / gib)),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(fmt::format("keeps {:.1f} GiB of page-locked host memory per rank",
+                               all_ranks / 8 / gib)),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("12 bytes each, split over 8 rank(s)"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than the 500.0 GiB available"), std::string::npos) << e;
+  // Two nodes of four ranks each: each host holds half, 272 GiB.
+  EXPECT_EQ(host_state_fit_error(numels, off, 8, 4, 300 * gib), "");
+  EXPECT_NE(host_state_fit_error(numels, off, 8, 4, 250 * gib), "");
+  // Without offload nothing is kept on the host; an unknown size (0) refuses nothing.
+  EXPECT_EQ(host_state_fit_error(numels, gpu_bf16_adamw(3, false), 8, 8, 1 * gib), "");
+  EXPECT_EQ(host_state_fit_error(numels, off, 8, 8, 0), "");
+  // Pageable offload (pin_memory false) is held to the same sum.
+  ZeroOptions pageable = off;
+  pageable.optimizer_placement = OptimizerPlacement::kHostPageable;
+  const std::string p = host_state_fit_error(numels, pageable, 8, 8, 500 * gib);
+  EXPECT_NE(p.find("of pageable host memory"), std::string::npos) << p;
 }
 
 }  // namespace
