@@ -1,11 +1,14 @@
 #include "zt/core/device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <unordered_set>
+#include <unordered_map>
+
+#include <omp.h>
 
 #include "zt/build_config.h"
 #include "zt/core/assert.h"
@@ -15,6 +18,39 @@
 
 namespace zt {
 namespace {
+
+// Host copies and zeroing of large buffers (offloaded master weights and optimizer state: GiBs
+// at start-up) split over the OpenMP threads; one thread reaches a fraction of the memory
+// bandwidth. Below 64 MiB one call is as fast.
+constexpr size_t kParallelHostBytes = size_t{64} << 20;
+constexpr size_t kHostSlice = size_t{4} << 20;
+
+void host_memset_zero(void* dst, size_t bytes) {
+  if (bytes < kParallelHostBytes || omp_in_parallel()) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  const auto slices = static_cast<int64_t>((bytes + kHostSlice - 1) / kHostSlice);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < slices; ++i) {
+    const size_t off = static_cast<size_t>(i) * kHostSlice;
+    std::memset(static_cast<char*>(dst) + off, 0, std::min(kHostSlice, bytes - off));
+  }
+}
+
+void host_memcpy(void* dst, const void* src, size_t bytes) {
+  if (bytes < kParallelHostBytes || omp_in_parallel()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const auto slices = static_cast<int64_t>((bytes + kHostSlice - 1) / kHostSlice);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < slices; ++i) {
+    const size_t off = static_cast<size_t>(i) * kHostSlice;
+    std::memcpy(static_cast<char*>(dst) + off, static_cast<const char*>(src) + off,
+                std::min(kHostSlice, bytes - off));
+  }
+}
 
 struct CpuStats {
   std::mutex mu;
@@ -234,7 +270,7 @@ void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_de
                        const Stream& stream) {
   if (bytes == 0) return;
   if (dst_dev.is_cpu() && src_dev.is_cpu()) {
-    std::memcpy(dst, src, bytes);
+    host_memcpy(dst, src, bytes);
     return;
   }
 #if ZT_HAVE_CUDA
@@ -248,11 +284,18 @@ void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_de
 #if ZT_HAVE_CUDA
 namespace {
 
-// Pinned blocks, to tell them from the ordinary blocks memory_allocate_pinned falls back to.
+// Pinned blocks, to tell them from the ordinary blocks memory_allocate_pinned falls back to, and
+// how each was made (true: a registered mapping, false: cudaHostAlloc).
 struct PinnedBlocks {
   std::mutex mu;
-  std::unordered_set<void*> ptrs;
+  std::unordered_map<void*, bool> ptrs;
 };
+
+// From this size up, page-locked memory is a mapping faulted in by all OpenMP threads and then
+// registered (cuda::host_register_pinned): 7-10x faster than cudaHostAlloc on an H200 host
+// (bench/pinned_alloc_bench.cc, docs/performance.md), which matters for the tens of GiB
+// ZeRO-Offload pins per rank at start-up. Smaller blocks keep cudaHostAlloc.
+constexpr size_t kRegisterMinBytes = size_t{16} << 20;
 PinnedBlocks& pinned_blocks() {
   static auto* b = new PinnedBlocks();  // never destroyed: tensors may be freed at exit
   return *b;
@@ -264,10 +307,12 @@ PinnedBlocks& pinned_blocks() {
 void* memory_allocate_pinned(size_t bytes) {
 #if ZT_HAVE_CUDA
   if (cuda_device_count() > 0) {
-    void* p = cuda::host_alloc_pinned(bytes);
+    const bool reg = bytes >= kRegisterMinBytes;
+    void* p = reg ? cuda::host_register_pinned(bytes, omp_get_max_threads())
+                  : cuda::host_alloc_pinned(bytes);
     auto& b = pinned_blocks();
     std::lock_guard<std::mutex> lock(b.mu);
-    b.ptrs.insert(p);
+    b.ptrs.emplace(p, reg);
     return p;
   }
 #endif
@@ -279,9 +324,17 @@ void memory_free_pinned(void* ptr, size_t bytes) {
 #if ZT_HAVE_CUDA
   {
     auto& b = pinned_blocks();
-    std::lock_guard<std::mutex> lock(b.mu);
-    if (b.ptrs.erase(ptr) == 1) {
-      cuda::host_free_pinned(ptr);
+    std::unique_lock<std::mutex> lock(b.mu);
+    auto it = b.ptrs.find(ptr);
+    if (it != b.ptrs.end()) {
+      const bool reg = it->second;
+      b.ptrs.erase(it);
+      lock.unlock();
+      if (reg) {
+        cuda::host_unregister_pinned(ptr, bytes);
+      } else {
+        cuda::host_free_pinned(ptr);
+      }
       return;
     }
   }
@@ -292,7 +345,7 @@ void memory_free_pinned(void* ptr, size_t bytes) {
 void memory_zero(void* dst, Device d, size_t bytes, const Stream& stream) {
   if (bytes == 0) return;
   if (d.is_cpu()) {
-    std::memset(dst, 0, bytes);
+    host_memset_zero(dst, bytes);
     return;
   }
 #if ZT_HAVE_CUDA

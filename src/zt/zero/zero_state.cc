@@ -1,11 +1,13 @@
 #include "zt/zero/zero_state.h"
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <random>
 
 #include <fmt/format.h>
 
+#include "zt/core/log.h"
 #include "zt/kernels/ops.h"
 #include "zt/zero/optimizer_offload.h"
 
@@ -212,13 +214,28 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
   const int stage = options.stage;
   ZT_ASSERT(!offloaded() || stage >= 1, "offload_optimizer needs ZeRO stage 1-3, not {}", stage);
   // Offloaded state: a fresh host tensor, page-locked when asked (the GPU copies to and from it).
+  // Start-up can take minutes for large models (drawing billions of initial values, pinning
+  // tens of GiB): rank 0 says how far it is every 15 s, and what took the time at the end.
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  const Clock::time_point start = Clock::now();
+  Clock::time_point reported = start;
+  double draw_s = 0;
+  double host_s = 0;
+  int64_t host_bytes = 0;
   auto host_buffer = [&](const Shape& shape) {
+    const Clock::time_point t0 = Clock::now();
     Tensor t = options.optimizer_placement == OptimizerPlacement::kHostPinned
                    ? Tensor::empty_pinned(shape, DType::f32)
                    : Tensor::empty(shape, DType::f32, Device::cpu());
     t.zero();
+    host_s += since(t0);
+    host_bytes += static_cast<int64_t>(t.nbytes());
     return t;
   };
+  const size_t unit_count = model.units().size();
   for (auto& unit : model.units()) {
     UnitState u;
     u.numel = unit->flat_numel();
@@ -235,7 +252,9 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     const bool whole = stage == 0 || W == 1;
     const int64_t host_begin = whole ? 0 : u.shard_offset;
     Tensor host = Tensor::empty({whole ? u.padded : u.shard}, DType::f32, Device::cpu());
+    const Clock::time_point drawn = Clock::now();
     init_unit_params(*unit, host.data<float>(), seed, host_begin, host_begin + host.numel());
+    draw_s += since(drawn);
     Tensor on_dev = dev.is_cpu() ? host : host.to(dev, s);
     Tensor full = whole ? on_dev : Tensor();
     Tensor own = whole ? on_dev.view(u.shard_offset, {u.shard}) : on_dev;
@@ -272,12 +291,29 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     if (stage >= 1) u.grad_shard = Tensor::zeros({u.shard}, DType::f32, dev, s);
     unit->bind(u.value, u.grad);
     units_.push_back(std::move(u));
+    if (rank() == 0 && since(reported) >= 15) {
+      reported = Clock::now();
+      ZT_LOG_INFO("zero: start-up: {} of {} units ready after {:.0f} s", units_.size(), unit_count,
+                  since(start));
+    }
   }
   if (offloaded()) offload_ = std::make_unique<OptimizerOffload>(*this, model);
   // The persistent units' other chunks (their own ones were written above). A failure here is
   // reported by the first pass, as a hook's would be.
   if (stage >= 1 && W > 1) record(publish_params(/*lowp_written=*/true));
   options_.stream.synchronize();
+  if (rank() == 0 && since(start) >= 1) {
+    ZT_LOG_INFO("zero: start-up took {:.1f} s: drawing this rank's initial values {:.1f} s{}",
+                since(start), draw_s,
+                offloaded()
+                    ? fmt::format(", {} {:.1f} GiB of host memory for the offloaded "
+                                  "state {:.1f} s",
+                                  options.optimizer_placement == OptimizerPlacement::kHostPinned
+                                      ? "page-locking"
+                                      : "allocating",
+                                  host_bytes / 1073741824.0, host_s)
+                    : std::string());
+  }
 }
 
 ZeroState::~ZeroState() {

@@ -37,6 +37,12 @@ void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stre
 // Page-locked host memory (cudaHostAlloc, portable); throws HostOutOfMemory when CUDA refuses.
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* ptr);
+// Page-locked host memory made the other way: an anonymous mapping (transparent huge pages
+// asked for) whose pages `threads` OpenMP threads fault in, zeroed, in parallel, then registered
+// with cudaHostRegister (portable). For large buffers: cudaHostAlloc faults and pins page by page
+// in one thread under a driver lock. The memory is zero. Throws HostOutOfMemory like the above.
+void* host_register_pinned(size_t bytes, int threads);
+void host_unregister_pinned(void* ptr, size_t bytes);
 void memset_async(void* dst, size_t bytes, void* stream);
 void device_synchronize(int device);
 
