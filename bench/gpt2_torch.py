@@ -47,6 +47,15 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(ctx, c)
         self.blocks = nn.ModuleList(Block(c, n_head, n_layer) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(c)
+        # GPT-2's initialisation, as ZeroTrain's model draws it: weights and embeddings N(0, 0.02),
+        # biases 0, the residual projections N(0, 0.02 / sqrt(2 n_layer)) (set in Block). PyTorch's
+        # defaults (N(0, 1) embeddings, uniform linears) make no difference to the time of a step,
+        # but start the loss in the thousands, which hides whether both models learn alike.
+        for name, prm in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(prm)
+            elif prm.dim() == 2 and not name.endswith(("c_proj.weight", "mlp_proj.weight")):
+                nn.init.normal_(prm, std=0.02)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
