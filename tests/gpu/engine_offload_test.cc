@@ -23,6 +23,7 @@
 // within 2e-3 relative, masters within 1e-2 relative L2 norm (a flipped element can change
 // Adam's next update of a few elements by up to lr).
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -196,13 +197,20 @@ TEST(GpuOffload, SgdMatchesWithoutOffload) {
 TEST(GpuOffload, Fp16OverflowSkipsTheSameSteps) {
   ZT_SKIP_WITHOUT_CUDA();
   // Loss scale 2^25: the logits' gradient (up to scale / 128 tokens) overflows fp16's 65504 at
-  // 2^25 and 2^24; with hysteresis 1 each overflow halves the scale, and from 2^23 on it trains.
-  // The offloaded run must skip exactly the same steps and train the same afterwards.
+  // 2^25 and 2^24 whatever the weights; with hysteresis 1 each overflow halves the scale until
+  // the gradients fit. Later steps may overflow again as the weights move, so which ones skip
+  // depends on the initial values. The offloaded run must skip exactly the same steps and train
+  // the same on the others.
   Trained plain = expect_offload_matches(
       2, R"("fp16": {"enabled": true, "initial_scale_power": 25, "hysteresis": 1})", 2e-3, 1e-2);
   ASSERT_EQ(plain.skipped.size(), static_cast<size_t>(kSteps));
-  EXPECT_TRUE(plain.skipped.front()) << "no overflow: the test does not exercise the skip";
-  EXPECT_FALSE(plain.skipped.back()) << "never trained: the test does not exercise fp16 steps";
+  std::string pattern;  // S skipped, T trained
+  for (bool s : plain.skipped) pattern += s ? 'S' : 'T';
+  EXPECT_TRUE(plain.skipped.front()) << "no overflow: the test does not exercise the skip; "
+                                     << pattern;
+  EXPECT_NE(pattern.find('T'), std::string::npos)
+      << "never trained: the test does not exercise fp16 steps; " << pattern;
+  std::printf("fp16 steps, S skipped and T trained: %s\n", pattern.c_str());
 }
 
 TEST(GpuOffload, PipelineTimesAreReported) {

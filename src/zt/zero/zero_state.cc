@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <functional>
-#include <utility>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -25,25 +24,6 @@ void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
   Tensor tmp = Tensor::empty(src.shape(), round, src.device(), s);
   kernels::cast(tmp, src, s);
   kernels::cast(dst, tmp, s);
-}
-
-// SplitMix64's output function (Steele, Lea and Flood 2014): a bijective mix of 64 bits.
-uint64_t splitmix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Two independent standard normals from the i-th output of SplitMix64 started at `key`: 24-bit
-// uniforms u1 in (0, 1] and u2 in [0, 1) from its high and low bits, then Box-Muller
-// (sqrt(-2 ln u1) cos 2 pi u2, ... sin ...). The tails end at 5.8 standard deviations.
-std::pair<float, float> normal_pair(uint64_t key, uint64_t i) {
-  const uint64_t h = splitmix64(key + (i + 1) * 0x9e3779b97f4a7c15ull);
-  const float u1 = (static_cast<float>(h >> 40) + 1.0f) * 0x1p-24f;
-  const float u2 = static_cast<float>((h >> 8) & 0xffffff) * 0x1p-24f;
-  const float r = std::sqrt(-2.0f * std::log(u1));
-  const float t = 6.28318530717958647692f * u2;
-  return {r * std::cos(t), r * std::sin(t)};
 }
 
 int64_t param_count(const std::vector<int64_t>& unit_numels) {
@@ -75,22 +55,20 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
   for (int64_t z = 0; z < count; z += kZeroSlice) {
     std::fill(out + z, out + std::min(count, z + kZeroSlice), 0.0f);
   }
-  // Element j of a normal parameter is a function of (seed, the parameter's name, j) alone: the
-  // j/2-th output of SplitMix64 started at hash(seed, name) gives two uniforms, and Box-Muller
-  // turns them into the normals of elements 2(j/2) and 2(j/2)+1. So the values are the same for
-  // any world size, stage, device or thread count, any range is drawn without the elements
-  // before it (a rank draws only its own chunk), and the pieces of a large unit fill in parallel.
-  // A counter-based generator, where a sequential one (mt19937 with a normal distribution) drew
-  // half as fast and had to restart at block boundaries.
-  constexpr int64_t kPiece = int64_t{1} << 20;
-  struct Piece {
+  // Normal parameters are drawn in blocks of kInitBlock elements, block k of parameter `name` from
+  // its own generator seeded by (seed, name, k): the values depend on nothing but those, so they
+  // are the same for any world size, stage or device or thread count, the blocks of a large
+  // model fill in parallel, and a rank that needs only its own chunk (stage 3) draws only the
+  // blocks that overlap it.
+  constexpr int64_t kInitBlock = int64_t{1} << 20;
+  struct Block {
     const nn::Param* param;
-    int64_t begin, end;  // elements of the parameter
-    uint64_t key;
+    int64_t begin, end;  // elements of the parameter the block covers
+    uint64_t seed;
   };
   // Flat element e of the unit lands in out[e - begin].
   auto at = [&](const nn::Param* p, int64_t j) { return out + (p->offset + j - begin); };
-  std::vector<Piece> pieces;
+  std::vector<Block> blocks;
   for (nn::Param* p : unit.params()) {
     // This parameter's elements inside [begin, end).
     const int64_t lo = std::max<int64_t>(0, begin - p->offset);
@@ -104,23 +82,27 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
         std::fill(at(p, lo), at(p, hi), 1.0f);
         break;
       case nn::ParamInit::kNormal: {
-        const uint64_t key = splitmix64(seed ^ std::hash<std::string>{}(p->name));
-        for (int64_t b = lo; b < hi; b += kPiece) {
-          pieces.push_back({p, b, std::min(hi, b + kPiece), key});
+        const uint64_t name_seed = seed ^ std::hash<std::string>{}(p->name);
+        for (int64_t b = lo / kInitBlock * kInitBlock; b < hi; b += kInitBlock) {
+          blocks.push_back(
+              {p, b, std::min(p->numel(), b + kInitBlock),
+               name_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(b / kInitBlock)});
         }
         break;
       }
     }
   }
-#pragma omp parallel for schedule(dynamic) if (pieces.size() > 1)
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    const Piece& pc = pieces[i];
-    float* dst = at(pc.param, 0);
-    const float sd = pc.param->init_std;
-    for (int64_t j = pc.begin; j < pc.end;) {
-      const auto [z0, z1] = normal_pair(pc.key, static_cast<uint64_t>(j >> 1));
-      if ((j & 1) == 0) dst[j++] = sd * z0;
-      if (j < pc.end) dst[j++] = sd * z1;
+#pragma omp parallel for schedule(dynamic) if (blocks.size() > 1)
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const Block& b = blocks[i];
+    std::mt19937_64 rng(b.seed);
+    std::normal_distribution<float> dist(0.0f, b.param->init_std);
+    // A block is one sequence from its start: values before `begin` are drawn and dropped.
+    const int64_t stop = std::min(b.end, end - b.param->offset);
+    const int64_t first = std::max(b.begin, begin - b.param->offset);
+    for (int64_t j = b.begin; j < stop; ++j) {
+      const float x = dist(rng);
+      if (j >= first) *at(b.param, j) = x;
     }
   }
 }

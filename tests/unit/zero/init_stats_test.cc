@@ -1,8 +1,8 @@
 // The initial values of normal parameters (zero/zero_state.h init_unit_params) against the
 // normal distribution itself: mean, standard deviation, the mass within 1, 2 and 3 standard
-// deviations (0.682689, 0.954500, 0.997300), no correlation between neighbours (the two values of
-// one Box-Muller pair) or between parameters, and other values for another seed. Tolerances are
-// five standard errors of each statistic for a million samples.
+// deviations (0.682689, 0.954500, 0.997300), no correlation between neighbours or between
+// parameters, and other values for another seed. Tolerances are five standard errors of each
+// statistic for a million samples.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,7 +73,7 @@ TEST(InitStats, NormalParametersFollowTheNormalDistribution) {
     }
     EXPECT_GT(peak, 4.0);  // a million normals reach past 4 standard deviations
     EXPECT_LT(peak, 6.0);
-    // Neighbours (the two values of one pair, and across pairs) are uncorrelated.
+    // Neighbours are uncorrelated (even and odd offsets: generators that make values in pairs).
     EXPECT_LT(std::fabs(correlation(x, x + 1, kN - 1, 2)), 5 / std::sqrt(kN / 2.0));
     EXPECT_LT(std::fabs(correlation(x + 1, x + 2, kN - 2, 2)), 5 / std::sqrt(kN / 2.0));
   }
