@@ -1,6 +1,8 @@
 #include "cli_args.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 
 namespace zt::cli {
@@ -84,9 +86,13 @@ std::string usage_flags(const std::vector<FlagSpec>& specs) {
 
 Result<int64_t> parse_int(const std::string& flag, const std::string& value, int64_t min_value) {
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0') {
     return invalid_argument("{} expects an integer, got '{}'", flag, value);
+  }
+  if (errno == ERANGE) {
+    return invalid_argument("{} {} is out of range (at most {})", flag, value, INT64_MAX);
   }
   if (v < min_value) return invalid_argument("{} must be at least {}, got {}", flag, min_value, v);
   return static_cast<int64_t>(v);

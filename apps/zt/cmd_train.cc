@@ -9,13 +9,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "cli_args.h"
 #include "commands.h"
 #include "progress.h"
+#include "train_support.h"
+#include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/comm/communicator.h"
+#include "zt/core/file_io.h"
 #include "zt/comm/env.h"
 #include "zt/core/log.h"
 #include "zt/data/batch_sampler.h"
@@ -58,6 +60,26 @@ const std::vector<FlagSpec> kFlags = {
     {"--local_rank", FlagKind::kValue, "set by launchers; ZeroTrain reads LOCAL_RANK", "N"},
     {"--dump-params", FlagKind::kValue,
      "after training, write the fp32 parameters (raw, unit order)", "FILE"},
+    {"--save", FlagKind::kValue, "save checkpoints into DIR (every --save-interval steps and at the end)",
+     "DIR"},
+    {"--save-interval", FlagKind::kValue, "optimizer steps between checkpoints (default: only at the end)",
+     "N"},
+    {"--keep-last", FlagKind::kValue, "keep only the newest K checkpoints in --save DIR", "K"},
+    {"--save-on-signal", FlagKind::kSwitch,
+     "on SIGTERM or SIGUSR1, finish the step, save a checkpoint and exit 0 (needs --save)"},
+    {"--load", FlagKind::kValue,
+     "resume from the checkpoint `latest` names in DIR (none yet: start fresh, with a warning)",
+     "DIR"},
+    {"--load-tag", FlagKind::kValue, "load this tag instead of the one `latest` names", "TAG"},
+    {"--load-module-only", FlagKind::kSwitch,
+     "load only the weights: optimizer, scheduler and step counters start fresh"},
+    {"--no-load-optimizer-states", FlagKind::kSwitch,
+     "do not load the optimizer state (nor the fp16 loss scaler)"},
+    {"--no-load-lr-scheduler-states", FlagKind::kSwitch, "do not load the LR scheduler's state"},
+    {"--on-write-error", FlagKind::kValue,
+     "when writing --metrics-out fails: fail (default: stop with the error) or warn (warn once, "
+     "stop writing metrics, train on)",
+     "POLICY"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
 
@@ -243,25 +265,100 @@ int cmd_train(const Args& args) {
   if (!engine_r) return fail(engine_r.status());
   Engine& engine = **engine_r;
 
-  std::unique_ptr<std::ofstream> metrics;
-  if (auto m = a.get("--metrics-out"); m && rank == 0) {
-    metrics = std::make_unique<std::ofstream>(*m);
-    if (!*metrics) return fail(io_error("cannot write metrics file {}", *m));
-    *metrics << run_record(engine, model, *seq, data_path).dump() << "\n" << std::flush;
+  // Checkpoint flags.
+  const std::optional<std::string> save_dir = a.get("--save");
+  auto save_interval = int_flag("--save-interval", 0, 1);
+  if (!save_interval) return fail(save_interval.status());
+  auto keep_last = int_flag("--keep-last", 0, 1);
+  if (!keep_last) return fail(keep_last.status());
+  const bool save_on_signal = a.has("--save-on-signal");
+  if (!save_dir && (a.has("--save-interval") || a.has("--keep-last") || save_on_signal)) {
+    return fail(invalid_argument(
+        "--save-interval, --keep-last and --save-on-signal need --save DIR (where to save)"));
   }
+  if (!a.get("--load") && (a.has("--load-tag") || a.has("--load-module-only") ||
+                           a.has("--no-load-optimizer-states") ||
+                           a.has("--no-load-lr-scheduler-states"))) {
+    return fail(invalid_argument(
+        "--load-tag, --load-module-only and --no-load-* need --load DIR (where to load from)"));
+  }
+  auto write_policy = write_error_policy(a.get("--on-write-error").value_or("fail"));
+  if (!write_policy) return fail(write_policy.status());
+
+  // What the data sampler needs to continue where it stopped: the batch order is a pure
+  // function of (seed, batch number), so the step count and these are its whole state.
+  const nlohmann::json data_state = {{"path", data_path},
+                                     {"seed", *seed},
+                                     {"order", order == SampleOrder::kRandom ? "random" : "sequential"},
+                                     {"seq_len", *seq},
+                                     {"model", model_name}};
+  if (auto load_dir = a.get("--load")) {
+    CheckpointLoadOptions lo{.tag = a.get("--load-tag").value_or(""),
+                             .load_optimizer_states = !a.has("--no-load-optimizer-states"),
+                             .load_lr_scheduler_states = !a.has("--no-load-lr-scheduler-states"),
+                             .load_module_only = a.has("--load-module-only")};
+    auto loaded = engine.load_checkpoint(*load_dir, lo);
+    if (!loaded) return fail(loaded.status());
+    if (*loaded && rank == 0) {
+      const nlohmann::json saved = (*loaded)->client_state.value("data", nlohmann::json::object());
+      for (const char* key : {"seed", "order", "seq_len", "path"}) {
+        if (saved.contains(key) && saved[key] != data_state[key]) {
+          ZT_LOG_WARN("the checkpoint was trained with {} {}, this run uses {}: the batches "
+                      "differ from the uninterrupted run's",
+                      key, saved[key].dump(), data_state[key].dump());
+        }
+      }
+    }
+  }
+  // The sampler continues at the global batch after the last one trained. Global batch g is
+  // W * B windows; at another world size or micro batch the same samples count gives the
+  // nearest batch boundary (the config decides the new batch).
+  const int64_t rows_per_batch = cfg->train_micro_batch_size_per_gpu * world;
+  const int64_t start_step = engine.global_steps();
+  if (engine.global_samples() % rows_per_batch != 0 && rank == 0) {
+    ZT_LOG_WARN("resuming {} samples into the data at a batch of {} rows per micro-step: the "
+                "data continues at the next whole batch",
+                engine.global_samples(), rows_per_batch);
+  }
+  sampler->seek((engine.global_samples() + rows_per_batch - 1) / rows_per_batch);
+  if (start_step >= *steps && rank == 0) {
+    ZT_LOG_WARN("the checkpoint is at step {}, at or past --steps {}: nothing to train",
+                start_step, *steps);
+  }
+
+  MetricsWriter metrics(*write_policy);
+  if (auto m = a.get("--metrics-out"); m && rank == 0) {
+    if (Status s = metrics.open(*m); !s.is_ok()) return fail(s);
+    if (Status s = metrics.write(run_record(engine, model, *seq, data_path)); !s.is_ok()) {
+      return fail(s);
+    }
+  }
+  if (save_on_signal) signal_save_install();
 
   if (rank == 0) {
     ZT_LOG_INFO(
-        "training {} ({:.2f}M parameters) on {} rank(s) for {} steps: batch {} = micro {} "
+        "training {} ({:.2f}M parameters) on {} rank(s) for {} steps{}: batch {} = micro {} "
         "x accum {} x ranks {}, seq {}, {}, ZeRO stage {}",
-        model_name, model.num_params() / 1e6, world, *steps, cfg->train_batch_size,
-        cfg->train_micro_batch_size_per_gpu, cfg->gradient_accumulation_steps, world, *seq,
-        dtype_name(cfg->compute_dtype()), cfg->zero.stage);
+        model_name, model.num_params() / 1e6, world, *steps,
+        start_step > 0 ? fmt::format(" (from step {})", start_step) : std::string(),
+        cfg->train_batch_size, cfg->train_micro_batch_size_per_gpu,
+        cfg->gradient_accumulation_steps, world, *seq, dtype_name(cfg->compute_dtype()),
+        cfg->zero.stage);
   }
+  const nlohmann::json client_state = {{"data", data_state}};
+  int64_t saved_at = -1;
+  auto save = [&]() -> Status {
+    ZT_RETURN_IF_ERROR(engine.save_checkpoint(*save_dir, "", client_state));
+    saved_at = engine.global_steps();
+    if (*keep_last > 0 && rank == 0) {
+      return ckpt::tags_prune(*save_dir, static_cast<int>(*keep_last));
+    }
+    return Status::ok();
+  };
   ProgressBar bar(*steps, rank == 0);
   const int64_t tokens_per_step = cfg->train_batch_size * *seq;
   double first_loss = -1, last_loss = 0;
-  for (int64_t step = 0; step < *steps; ++step) {
+  for (int64_t step = start_step; step < *steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t m = 0; m < cfg->gradient_accumulation_steps; ++m) {
       auto batch = sampler->next();
@@ -283,29 +380,59 @@ int cmd_train(const Args& args) {
     if (first_loss < 0) first_loss = st.loss;
     last_loss = st.loss;
     bar.update(st.step, st.loss, st.lr, tps, st.skipped);
-    if (metrics) {
-      nlohmann::json r = {{"step", st.step},
-                          {"loss", st.loss},
-                          {"lr", st.lr},
-                          {"loss_scale", st.loss_scale},
-                          {"grad_norm", st.grad_norm},
-                          {"skipped", st.skipped},
-                          {"tokens_per_s", tps},
-                          {"samples", st.samples}};
-      *metrics << r.dump() << "\n" << std::flush;
+    nlohmann::json r = {{"step", st.step},
+                        {"loss", st.loss},
+                        {"lr", st.lr},
+                        {"loss_scale", st.loss_scale},
+                        {"grad_norm", st.grad_norm},
+                        {"skipped", st.skipped},
+                        {"tokens_per_s", tps},
+                        {"samples", st.samples}};
+    if (Status s = metrics.write(r); !s.is_ok()) {
+      bar.finish();
+      return fail(s);
+    }
+    if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
+      if (Status s = save(); !s.is_ok()) {
+        bar.finish();
+        return fail(s);
+      }
+    }
+    if (save_on_signal) {
+      auto sig = signal_save_requested(engine);
+      if (!sig) {
+        bar.finish();
+        return fail(sig.status());
+      }
+      if (*sig) {
+        bar.finish();
+        if (rank == 0) ZT_LOG_INFO("signal received: saving at step {} and stopping", st.step);
+        if (saved_at != engine.global_steps()) {
+          if (Status s = save(); !s.is_ok()) return fail(s);
+        }
+        if (Status s = metrics.close(); !s.is_ok()) return fail(s);
+        return 0;
+      }
     }
   }
   bar.finish();
+  if (save_dir && saved_at != engine.global_steps()) {
+    if (Status s = save(); !s.is_ok()) return fail(s);
+  }
+  if (Status s = metrics.close(); !s.is_ok()) return fail(s);
   if (auto dump = a.get("--dump-params")) {
     auto full = engine.gather_master();
     if (!full) return fail(full.status());
     if (rank == 0) {
-      std::ofstream f(*dump, std::ios::binary);
+      auto f = OutputFile::create(*dump, {.what = "parameter dump"});
+      if (!f) return fail(f.status());
       for (size_t u = 0; u < full->size(); ++u) {
         const int64_t n = model.units()[u]->flat_numel();
-        f.write(static_cast<const char*>((*full)[u].data()), n * 4);
+        if (Status s = f->write((*full)[u].data(), static_cast<size_t>(n) * 4); !s.is_ok()) {
+          return fail(s);
+        }
       }
-      if (!f) return fail(io_error("cannot write {}", *dump));
+      if (Status s = f->commit(); !s.is_ok()) return fail(s);
     }
   }
   if (rank == 0)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "zt/core/assert.h"
+#include "zt/core/file_io.h"
 
 namespace zt {
 
@@ -24,10 +25,6 @@ static_assert(std::endian::native == std::endian::little,
               "token files are little-endian; a big-endian host would need byte swapping");
 
 namespace {
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
 
 // Closes an fd on scope exit (open() error paths).
 struct FdCloser {
@@ -46,18 +43,6 @@ Status read_exact(int fd, void* dst, size_t n, const std::string& path) {
     if (r < 0) return io_error("reading token file '{}': {}", path, errno_text());
     if (r == 0) return io_error("reading token file '{}': unexpected end of file", path);
     done += static_cast<size_t>(r);
-  }
-  return Status::ok();
-}
-
-Status write_all(int fd, const void* src, size_t n, const std::string& path) {
-  const auto* p = static_cast<const unsigned char*>(src);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::write(fd, p + done, n - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return io_error("writing '{}': {}", path, errno_text());
-    done += static_cast<size_t>(w);
   }
   return Status::ok();
 }
@@ -97,6 +82,8 @@ Result<TokenFile> TokenFile::open(const std::string& path, const TokenFileOption
           path, dtype_name(options.raw_dtype));
   }
 
+  // A FIFO would block the open until a writer came; a folder or device fails later and worse.
+  ZT_RETURN_IF_ERROR(input_file_check(path, "token file"));
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return not_found("token file '{}' does not exist", path);
@@ -279,66 +266,32 @@ Result<TokenFileWriter> TokenFileWriter::create(const std::string& path, int64_t
         "writing token file '{}': vocab_size {} does not fit llm.c's uint32 tokens (max 2^32)",
         path, vocab_size);
   }
-  std::error_code ec;
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) {
-    std::filesystem::create_directories(parent, ec);
-    if (ec) {
-      return io_error("writing token file '{}': cannot create folder '{}': {}", path,
-                      parent.string(), ec.message());
-    }
-  }
-  if (std::filesystem::is_directory(path, ec)) {
-    return invalid_argument("writing token file '{}': that path is a folder; name a file", path);
-  }
-
-  // A unique temporary beside the target (same filesystem, so rename is atomic). O_EXCL plus
-  // pid and a counter keep concurrent writers (threads or ranks) from sharing it.
-  static std::atomic<uint64_t> counter{0};
+  // The shared writer (core/file_io.h): a temporary renamed into place at finish(), or a device
+  // or FIFO written in place.
+  ZT_ASSIGN_OR_RETURN(OutputFile out, OutputFile::create(path, {.what = "token file"}));
   TokenFileWriter w;
-  w.path_ = path;
-  w.temp_path_ = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter.fetch_add(1));
-  w.fd_ = ::open(w.temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (w.fd_ < 0) {
-    return io_error("writing token file '{}': cannot create '{}': {}", path, w.temp_path_,
-                    errno_text());
-  }
+  w.out_ = std::move(out);
   w.vocab_size_ = vocab_size;
   w.token_bytes_ = vocab_size <= 65536 ? 2 : 4;
-  // Header placeholder; the real one (with the token count) is written by finish().
+  // Header placeholder; the real one (with the token count) is written over it by finish().
   std::vector<int32_t> header(kLlmcHeaderInts, 0);
-  ZT_RETURN_IF_ERROR(write_all(w.fd_, header.data(), kLlmcHeaderBytes, w.temp_path_));
+  ZT_RETURN_IF_ERROR(w.out_.write(header.data(), kLlmcHeaderBytes));
   return w;
 }
 
-TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      temp_path_(std::move(other.temp_path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      vocab_size_(other.vocab_size_),
-      token_bytes_(other.token_bytes_),
-      num_tokens_(other.num_tokens_) {}
-
-TokenFileWriter::~TokenFileWriter() {
-  abandon();
-}
-
-void TokenFileWriter::abandon() {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  ::unlink(temp_path_.c_str());
-  fd_ = -1;
-}
+TokenFileWriter::TokenFileWriter(TokenFileWriter&& other) noexcept = default;
+TokenFileWriter::~TokenFileWriter() = default;
 
 Status TokenFileWriter::append(std::span<const int32_t> tokens) {
-  ZT_ASSERT(fd_ >= 0, "append to a finished or failed token file writer ('{}')", path_);
+  ZT_ASSERT(out_.is_open(), "append to a finished or failed token file writer ('{}')",
+            out_.path());
   // llm.c's header stores the count as int32.
   if (num_tokens_ + static_cast<int64_t>(tokens.size()) > INT32_MAX) {
-    abandon();
+    out_.abandon();
     return invalid_argument(
         "writing token file '{}': more than {} tokens do not fit llm.c's int32 header count; "
         "split the corpus into several files",
-        path_, INT32_MAX);
+        out_.path(), INT32_MAX);
   }
   constexpr size_t kChunk = 1 << 16;
   std::vector<unsigned char> buf(std::min(tokens.size(), kChunk) * token_bytes_);
@@ -347,10 +300,10 @@ Status TokenFileWriter::append(std::span<const int32_t> tokens) {
     for (size_t i = 0; i < n; ++i) {
       const int32_t t = tokens[begin + i];
       if (t < 0 || t >= vocab_size_) {
-        abandon();
+        out_.abandon();
         return invalid_argument(
             "writing token file '{}': token {} at index {} is outside the vocabulary [0, {})",
-            path_, t, num_tokens_ + static_cast<int64_t>(begin + i), vocab_size_);
+            out_.path(), t, num_tokens_ + static_cast<int64_t>(begin + i), vocab_size_);
       }
       if (token_bytes_ == 2) {
         const auto v = static_cast<uint16_t>(t);
@@ -360,55 +313,22 @@ Status TokenFileWriter::append(std::span<const int32_t> tokens) {
         std::memcpy(buf.data() + 4 * i, &v, 4);
       }
     }
-    Status s = write_all(fd_, buf.data(), n * token_bytes_, temp_path_);
-    if (!s.is_ok()) {
-      abandon();
-      return s;
-    }
+    ZT_RETURN_IF_ERROR(out_.write(buf.data(), n * token_bytes_));
   }
   num_tokens_ += static_cast<int64_t>(tokens.size());
   return Status::ok();
 }
 
 Status TokenFileWriter::finish() {
-  ZT_ASSERT(fd_ >= 0, "finish of a finished or failed token file writer ('{}')", path_);
+  ZT_ASSERT(out_.is_open(), "finish of a finished or failed token file writer ('{}')",
+            out_.path());
   std::vector<int32_t> header(kLlmcHeaderInts, 0);
   const bool wide = token_bytes_ == 4;
   header[0] = wide ? kLlmcMagicLlama3 : kLlmcMagicGpt2;
   header[1] = wide ? kLlmcVersionLlama3 : kLlmcVersionGpt2;
   header[2] = static_cast<int32_t>(num_tokens_);
-  Status s;
-  if (::lseek(fd_, 0, SEEK_SET) != 0) {
-    s = io_error("writing '{}': seek: {}", temp_path_, errno_text());
-  } else {
-    s = write_all(fd_, header.data(), kLlmcHeaderBytes, temp_path_);
-  }
-  if (s.is_ok() && ::fsync(fd_) != 0) s = io_error("fsync '{}': {}", temp_path_, errno_text());
-  if (!s.is_ok()) {
-    abandon();
-    return s;
-  }
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    ::unlink(temp_path_.c_str());
-    return io_error("closing '{}': {}", temp_path_, errno_text());
-  }
-  fd_ = -1;
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    Status err = io_error("renaming '{}' to '{}': {}", temp_path_, path_, errno_text());
-    ::unlink(temp_path_.c_str());
-    return err;
-  }
-  // Make the rename itself durable: sync the folder that holds the new name.
-  std::filesystem::path dir = std::filesystem::path(path_).parent_path();
-  if (dir.empty()) dir = std::filesystem::path(".");
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    // Some filesystems refuse fsync on folders (EINVAL); the file itself is already synced.
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::ok();
+  ZT_RETURN_IF_ERROR(out_.write_at(header.data(), kLlmcHeaderBytes, 0));
+  return out_.commit();
 }
 
 Status token_file_write(const std::string& path, std::span<const int32_t> tokens,

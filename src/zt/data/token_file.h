@@ -14,6 +14,7 @@
 #include <string>
 
 #include "zt/core/dtype.h"
+#include "zt/core/file_io.h"
 #include "zt/core/status.h"
 
 namespace zt {
@@ -101,11 +102,8 @@ class TokenFileWriter {
 
  private:
   TokenFileWriter() = default;
-  void abandon();
 
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
+  OutputFile out_;
   int64_t vocab_size_ = 0;
   int token_bytes_ = 2;
   int64_t num_tokens_ = 0;

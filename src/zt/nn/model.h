@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "zt/nn/layer.h"
 
 namespace zt::nn {
@@ -29,6 +31,9 @@ class Model {
   std::vector<std::unique_ptr<Unit>>& units() { return units_; }
   const std::vector<std::unique_ptr<Unit>>& units() const { return units_; }
   int64_t num_params() const;  // parameters (not counting alignment gaps)
+  // The model's own configuration (checkpoints record it, exports write it): null when the
+  // model has none to tell.
+  virtual nlohmann::json config_json() const { return nullptr; }
 
   // Runs every unit in order on `input`. With ctx.targets set, the last unit returns per-token
   // losses; without, it returns logits.

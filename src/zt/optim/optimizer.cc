@@ -14,6 +14,18 @@ int optimizer_state_count(const OptimizerSpec& spec) {
   return 0;
 }
 
+std::vector<std::string> optimizer_state_names(const OptimizerSpec& spec) {
+  switch (spec.kind) {
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kLamb:
+      return {"exp_avg", "exp_avg_sq"};
+    case OptimizerKind::kSgd:
+      if (spec.momentum != 0.0) return {"momentum_buffer"};
+      return {};
+  }
+  return {};
+}
+
 std::string optimizer_name(const OptimizerSpec& spec) {
   switch (spec.kind) {
     case OptimizerKind::kAdam:

@@ -30,6 +30,9 @@ struct OptimizerSpec {
 // fp32 state buffers per parameter element.
 int optimizer_state_count(const OptimizerSpec& spec);
 std::string optimizer_name(const OptimizerSpec& spec);
+// The names of the state buffers, in order, as torch's optimizers name them in a state dict
+// (checkpoints use them): Adam/Lamb exp_avg, exp_avg_sq; SGD with momentum momentum_buffer.
+std::vector<std::string> optimizer_state_names(const OptimizerSpec& spec);
 
 // Chunk splitting for stepping in sub-groups (zero_optimization.sub_group_size, stage 3): groups of
 // consecutive chunks of at most `limit` elements each, in order. Elementwise optimizers (Adam,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "zt/core/json_limits.h"
 #include "zt/runtime/config_schema.h"
 
 namespace zt::config_detail {
@@ -87,6 +88,7 @@ std::pair<size_t, size_t> line_column(std::string_view text, size_t pos) {
 
 Result<Json> json_text_parse(std::string_view text, std::string_view source) {
   const std::string clean = blank_comments_and_trailing_commas(text);
+  ZT_RETURN_IF_ERROR(json_nesting_check(clean, source));
   // Keys seen in each open object; the first object (in closing order, as Python's
   // object_pairs_hook sees them) that has a duplicate is reported with all its duplicates.
   std::vector<std::vector<std::string>> open;

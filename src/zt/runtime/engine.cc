@@ -7,7 +7,6 @@
 #include "zt/core/host_memory.h"
 #include "zt/core/log.h"
 #include "zt/runtime/py_format.h"
-#include "zt/zero/optimizer_offload.h"
 
 namespace zt {
 
@@ -191,6 +190,7 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
                        .offload_piece_elements =
                            z.stage == 3 ? std::min(options.offload_piece_elements, z.sub_group_size)
                                         : options.offload_piece_elements,
+                       .sub_group_elements = z.sub_group_size,
                        .comm_dtype = config.communication_data_type
                                          ? std::optional<DType>(config.communication_dtype())
                                          : std::nullopt};
@@ -349,9 +349,7 @@ Status Engine::step() {
 
 Status Engine::apply_step(StepStats& stats) {
   const Stream& s = ctx_.stream;
-  const Device dev = options_.device;
-  auto& units = zero_->units();
-  const int n_units = static_cast<int>(units.size());
+  const int n_units = static_cast<int>(zero_->units().size());
   const bool sharded = config_.zero.stage >= 1;
   std::vector<double> loss{loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0};
   ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
@@ -413,56 +411,7 @@ Status Engine::apply_step(StepStats& stats) {
   }
   v.grad_scale = static_cast<float>(1.0 / combined);
 
-  if (zero::OptimizerOffload* offload = zero_->offload()) {
-    // ZeRO-Offload: the same step values, applied by the CPU kernels to the host master weights;
-    // the pipeline writes the compute copy's own chunks back to the device.
-    offload->step(optimizer_, v);
-    ZT_RETURN_IF_ERROR(zero_->publish_params(/*lowp_written=*/true));
-    return finish_step(stats);
-  }
-
-  const bool write_lowp = dev.is_cuda() && ctx_.compute_dtype != DType::f32;
-  std::vector<kernels::OptimChunk> chunks;
-  // A chunk of `n` elements starting `offset` elements into unit u's optimizer extent.
-  auto chunk_at = [&](int u, int64_t offset, int64_t n) {
-    zero::UnitState& b = units[u];
-    kernels::OptimChunk c;
-    c.param = b.master.data<float>() + offset;
-    c.grad = zero_->step_grad(u).data<float>() + offset;
-    if (!b.state.empty()) c.state1 = b.state[0].data<float>() + offset;
-    if (b.state.size() > 1) c.state2 = b.state[1].data<float>() + offset;
-    Tensor own = write_lowp ? zero_->own_compute_chunk(u) : Tensor();
-    if (own.defined()) {  // undefined: stage 3 casts the chunk from the master at each gather
-      c.param_lowp = static_cast<char*>(own.data()) + offset * dtype_size(own.dtype());
-      c.lowp_dtype = own.dtype();
-    }
-    c.n = n;
-    return c;
-  };
-  if (optimizer_.spec().kind == optim::OptimizerKind::kLamb) {
-    // Whole parameter tensors (initialize() refused Lamb where ZeRO splits them).
-    for (int u = 0; u < n_units; ++u) {
-      for (nn::Param* p : model_.units()[u]->params())
-        chunks.push_back(chunk_at(u, p->offset, p->numel()));
-    }
-  } else {
-    for (int u = 0; u < n_units; ++u) chunks.push_back(chunk_at(u, 0, units[u].master.numel()));
-  }
-  if (config_.zero.stage == 3) {
-    // Stage 3 steps the optimizer in sub-groups of at most sub_group_size elements, as DeepSpeed
-    // steps its fp32 partition groups.
-    optimizer_.begin_step();
-    const auto groups = optim::split_into_groups(
-        chunks, config_.zero.sub_group_size,
-        optimizer_.spec().kind == optim::OptimizerKind::kLamb ? optim::Split::kWholeChunks
-                                                              : optim::Split::kAnywhere);
-    for (const auto& g : groups) optimizer_.apply(v, g, dev, s);
-    last_step_groups_ = static_cast<int64_t>(groups.size());
-  } else {
-    optimizer_.step(v, chunks, dev, s);
-    last_step_groups_ = 1;
-  }
-  ZT_RETURN_IF_ERROR(zero_->publish_params(write_lowp));
+  ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
   return finish_step(stats);
 }
 

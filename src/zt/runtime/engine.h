@@ -46,6 +46,22 @@ struct StepStats {
   int64_t samples = 0;    // global_samples after the step
 };
 
+// What load_checkpoint restores besides the model's weights (DeepSpeed's keyword arguments).
+struct CheckpointLoadOptions {
+  std::string tag;                        // empty: the tag `latest` names
+  bool load_optimizer_states = true;      // optimizer state, its step count and the loss scaler
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;          // weights only: counters, optimizer, scheduler fresh
+};
+
+struct LoadedCheckpoint {
+  std::string path;  // DIR/<tag>
+  std::string tag;
+  nlohmann::json client_state;
+  int saved_world_size = 0;
+  int saved_stage = 0;
+};
+
 class Engine {
  public:
   // Use initialize(), which validates first.
@@ -97,11 +113,28 @@ class Engine {
   // The full fp32 master weights, unit by unit (collective: every rank must call it).
   Result<std::vector<Tensor>> gather_master() { return zero_->gather_master(); }
 
+  // DeepSpeed's save_checkpoint (runtime/engine_checkpoint.cc; layout in
+  // checkpoint/checkpoint_dir.h). Collective: every rank calls it between optimizer steps; each
+  // writes its own shard, rank 0 the metadata, and `latest` is replaced last. Tag empty:
+  // "global_step{N}". checkpoint.tag_validation compares the tag across ranks. A rank that fails
+  // makes every rank return an error; nothing saved before is touched.
+  Status save_checkpoint(const std::string& dir, const std::string& tag = "",
+                         const nlohmann::json& client_state = nlohmann::json::object());
+  // DeepSpeed's load_checkpoint. Collective. A checkpoint saved at any world size and ZeRO stage
+  // loads at this engine's (a re-slice of the unit-flat chunks). nullopt (and one warning) when
+  // DIR has no `latest` and no tag was given: nothing to resume, training starts fresh.
+  Result<std::optional<LoadedCheckpoint>> load_checkpoint(const std::string& dir,
+                                                          const CheckpointLoadOptions& options = {});
+
  private:
   Status apply_step(StepStats& stats);
   // After the optimizer: zero gradients, step the scheduler, advance the counters.
   Status finish_step(StepStats& stats);
   void report_progress() const;
+  nlohmann::json checkpoint_metadata(const std::string& tag, const nlohmann::json& client) const;
+  enum class RestorePhase : unsigned char { kCheck, kApply };
+  Status restore_from(const nlohmann::json& meta, const std::string& path,
+                      const CheckpointLoadOptions& options, RestorePhase phase);
 
   nn::Model& model_;
   DeepSpeedConfig config_;

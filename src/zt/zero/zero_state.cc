@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "zt/checkpoint/flat_layout.h"
 #include "zt/core/log.h"
 #include "zt/kernels/ops.h"
 #include "zt/zero/optimizer_offload.h"
@@ -108,11 +109,11 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
 }
 
 UnitLayout unit_layout(int64_t numel, int world, int rank, const ZeroOptions& options) {
-  const int64_t align = kShardAlignElems * world;
+  const ckpt::FlatChunk c = ckpt::flat_chunk(numel, world, rank);
   UnitLayout l;
-  l.padded = (numel + align - 1) / align * align;
-  l.shard = l.padded / world;
-  l.shard_offset = static_cast<int64_t>(rank) * l.shard;
+  l.padded = c.padded;
+  l.shard = c.shard;
+  l.shard_offset = c.begin;
   l.persistent = options.stage < 3 || l.padded <= options.persistence_threshold;
   return l;
 }
@@ -381,7 +382,12 @@ Status ZeroState::publish_params(bool lowp_written) {
     UnitState& st = units_[i];
     Tensor own = own_compute_chunk(static_cast<int>(i));
     if (st.shard_from_master) continue;  // cast from the master when next gathered
-    if (!master_shared() && !lowp_written) round_into(own, st.master, options_.round_dtype, s);
+    if (!master_shared() && !lowp_written) {
+      // An offloaded master is in host memory: its device copy is rounded (checkpoint loads).
+      const Tensor m = st.master.device() == options_.device ? st.master
+                                                              : st.master.to(options_.device, s);
+      round_into(own, m, options_.round_dtype, s);
+    }
     if (options_.stage >= 1 && st.persistent && world_size() > 1) {
       Tensor send = own.clone(s);
       handles.push_back(options_.comm->all_gather(st.value, send, s));

@@ -34,15 +34,18 @@
 #include <string>
 #include <vector>
 
+#include "zt/checkpoint/flat_layout.h"
 #include "zt/comm/communicator.h"
 #include "zt/core/tensor.h"
 #include "zt/nn/model.h"
+#include "zt/optim/optimizer.h"
 #include "zt/zero/comm_lane.h"
 #include "zt/zero/grad_bucket.h"
 
 namespace zt::zero {
 
-constexpr int64_t kShardAlignElems = 64;
+// The layout itself (padding, chunks) is checkpoint/flat_layout.h, shared with checkpoints.
+constexpr int64_t kShardAlignElems = ckpt::kShardAlignElems;
 
 class OptimizerOffload;
 
@@ -82,6 +85,8 @@ struct ZeroOptions {
   OptimizerPlacement optimizer_placement = OptimizerPlacement::kDevice;
   OffloadGranularity offload_granularity = OffloadGranularity::kPieces;
   int64_t offload_piece_elements = int64_t{1} << 23;  // 32 MiB of f32 gradient per copy
+  // Stage 3 steps the optimizer in sub-groups of at most this many elements (sub_group_size).
+  int64_t sub_group_elements = 1000000000;
   // communication_data_type: the dtype gradients are reduced in; unset: as accumulated (f32,
   // where DeepSpeed would use the training precision: docs/zero.md says why).
   std::optional<DType> comm_dtype;
@@ -207,6 +212,29 @@ class ZeroState : public nn::UnitHooks {
   Status all_reduce_doubles(std::vector<double>& values, ReduceOp op);
   // Gathers the full fp32 master weights of every unit onto this rank (checks, exports).
   Result<std::vector<Tensor>> gather_master();
+
+  // One optimizer step of every unit's master weights (zero_step.cc): the engine computed the
+  // step values (unscale and clip factor, lr, betas); this cuts the master extents into the
+  // optimizer's chunks (whole parameter tensors for Lamb, sub_group_size pieces at stage 3),
+  // runs it on the device or through OptimizerOffload on the host, and publishes the updated
+  // compute copy. Returns the optimizer calls made (sub-groups).
+  Result<int64_t> optimizer_step(optim::Optimizer& optimizer, const optim::StepValues& values);
+
+  // ---- checkpoints (zero_checkpoint.cc). Tensor kinds: 0 = fp32 master, 1.. = optimizer state.
+  // The elements of unit u this rank saves: the part of its own chunk inside the unit
+  // (checkpoint/flat_layout.h), the same at every stage (stage 0 saves chunk `rank` of its whole
+  // master), so what a checkpoint holds does not depend on the stage.
+  ckpt::FlatChunk saved_chunk(int u) const;
+  // The elements of unit u whose master weights and optimizer state this rank keeps: [0, padded)
+  // at stage 0, its own chunk otherwise.
+  std::pair<int64_t, int64_t> master_extent(int u) const;
+  // Copies the saved chunk of tensor `kind` of unit u into host memory (saved_numel floats).
+  void read_saved(int u, int kind, float* dst);
+  // Replaces tensor `kind` of unit u over its whole master extent with host values.
+  void write_extent(int u, int kind, const float* src);
+  // After write_extent: the compute copy is made from the master weights again (collective:
+  // the persistent units' chunks are all-gathered, as after a step).
+  Status refresh_params();
 
   // nn::UnitHooks
   void before_forward(int unit) override;

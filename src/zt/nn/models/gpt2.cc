@@ -291,4 +291,12 @@ Tensor Gpt2Head::backward(Context& ctx, const Tensor& /*dout*/) {
   return dx;
 }
 
+nlohmann::json Gpt2::config_json() const {
+  // Hugging Face's GPT-2 config keys where they exist.
+  return {{"model_type", "gpt2"},          {"n_layer", config_.n_layer},
+          {"n_head", config_.n_head},          {"n_embd", config_.n_embd},
+          {"vocab_size", config_.vocab_size},  {"padded_vocab_size", config_.padded_vocab_size},
+          {"n_positions", config_.max_seq_len}};
+}
+
 }  // namespace zt::nn

@@ -37,6 +37,7 @@ class Gpt2 : public Model {
   std::string name() const override { return "gpt2"; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   const Gpt2Config& config() const { return config_; }
+  nlohmann::json config_json() const override;
 
  private:
   Gpt2Config config_;

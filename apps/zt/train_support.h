@@ -1,0 +1,41 @@
+// Pieces of `zt train` around the step loop: the metrics file and what a failed write of it
+// does, and the stop-and-save on a signal (--save-on-signal).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "zt/core/file_io.h"
+#include "zt/runtime/engine.h"
+
+namespace zt::cli {
+
+// --on-write-error: a monitor's failed write stops the run (kFail) or warns once and stops
+// writing that monitor (kWarn). Never silent.
+enum class WriteErrorPolicy : unsigned char { kFail, kWarn };
+Result<WriteErrorPolicy> write_error_policy(const std::string& value);
+
+// JSON Lines metrics (--metrics-out), written as training goes through the shared writer in
+// stream mode: every line is checked (a full disk, /dev/full, a closed pipe).
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(WriteErrorPolicy policy) : policy_(policy) {}
+  Status open(const std::string& path);
+  // One record; a failure under kWarn logs once and disables the writer (returns ok).
+  Status write(const nlohmann::json& record);
+  Status close();
+
+ private:
+  Status handle(Status s);
+  WriteErrorPolicy policy_;
+  std::optional<OutputFile> file_;
+};
+
+// --save-on-signal: SIGTERM and SIGUSR1 set a flag instead of ending the process.
+void signal_save_install();
+// Whether any rank got such a signal (collective: every rank calls it once per step, so all
+// stop at the same step).
+Result<bool> signal_save_requested(Engine& engine);
+
+}  // namespace zt::cli

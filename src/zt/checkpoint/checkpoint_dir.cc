@@ -1,0 +1,135 @@
+#include "zt/checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "zt/core/file_io.h"
+#include "zt/core/json_limits.h"
+
+namespace zt::ckpt {
+namespace fs = std::filesystem;
+
+std::string shard_file_name(int rank) {
+  return fmt::format("zero_pp_rank_{}_mp_rank_00_optim_states.safetensors", rank);
+}
+
+std::string tag_path(const std::string& dir, const std::string& tag) {
+  return (fs::path(dir) / tag).string();
+}
+
+std::string partial_path(const std::string& dir, const std::string& tag) {
+  return (fs::path(dir) / ("." + tag + ".partial")).string();
+}
+
+Status tag_check(const std::string& tag) {
+  const bool printable = std::all_of(tag.begin(), tag.end(), [](char c) {
+    return static_cast<unsigned char>(c) > 0x20 && c != 0x7f && c != '/' && c != '\\';
+  });
+  if (tag.empty() || tag.size() > 200 || !printable || tag[0] == '.') {
+    return invalid_argument(
+        "checkpoint tag '{}' is not a plain folder name (no '/', spaces or control characters, "
+        "no leading '.', at most 200 characters)",
+        tag);
+  }
+  return Status::ok();
+}
+
+Result<std::optional<std::string>> latest_read(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kLatestFile).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::optional<std::string>();
+  ZT_ASSIGN_OR_RETURN(std::string text, file_read_all(path, "checkpoint 'latest' file", 4096));
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) {
+    text.pop_back();
+  }
+  if (Status s = tag_check(text); !s.is_ok()) {
+    return invalid_argument("'{}' does not hold a checkpoint tag ({}); it is damaged: write the "
+                            "tag to load into it, or pass --load-tag",
+                            path, s.message());
+  }
+  return std::optional<std::string>(text);
+}
+
+Status latest_write(const std::string& dir, const std::string& tag) {
+  return file_write_atomic((fs::path(dir) / kLatestFile).string(), tag + "\n",
+                           "checkpoint 'latest' file");
+}
+
+Status partial_prepare(const std::string& dir, const std::string& tag) {
+  const std::string p = partial_path(dir, tag);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create the checkpoint folder '{}': {}", dir, ec.message());
+  fs::remove_all(p, ec);
+  if (ec) return io_error("cannot remove the unfinished checkpoint '{}': {}", p, ec.message());
+  fs::create_directory(p, ec);
+  if (ec) return io_error("cannot create '{}': {}", p, ec.message());
+  return Status::ok();
+}
+
+Status partial_publish(const std::string& dir, const std::string& tag) {
+  const std::string from = partial_path(dir, tag);
+  const std::string to = tag_path(dir, tag);
+  ZT_RETURN_IF_ERROR(folder_sync(from));
+  std::error_code ec;
+  if (fs::exists(to, ec)) {
+    // Swap the new folder in atomically, then delete the old one (now at `from`).
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+      return io_error("cannot replace checkpoint '{}' with the new one: {}", to, errno_text());
+    }
+    fs::remove_all(from, ec);
+  } else if (::rename(from.c_str(), to.c_str()) != 0) {
+    return io_error("cannot move the finished checkpoint into '{}': {}", to, errno_text());
+  }
+  return folder_sync(dir);
+}
+
+Result<std::vector<TagInfo>> tags_list(const std::string& dir) {
+  std::vector<TagInfo> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name[0] == '.' || !e.is_directory()) continue;
+    const std::string meta = (e.path() / kModelStatesFile).string();
+    if (!fs::exists(meta)) continue;
+    auto text = file_read_all(meta, "checkpoint metadata", int64_t{64} << 20);
+    if (!text) continue;
+    if (!json_nesting_check(*text, meta).is_ok()) continue;
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    TagInfo t{.tag = name, .global_steps = 0};
+    if (j.is_object() && j.contains("global_steps") && j["global_steps"].is_number_integer()) {
+      t.global_steps = j["global_steps"].get<int64_t>();
+    }
+    out.push_back(t);
+  }
+  if (ec) return io_error("cannot list the checkpoint folder '{}': {}", dir, ec.message());
+  std::sort(out.begin(), out.end(), [](const TagInfo& a, const TagInfo& b) {
+    return a.global_steps != b.global_steps ? a.global_steps < b.global_steps : a.tag < b.tag;
+  });
+  return out;
+}
+
+Status tags_prune(const std::string& dir, int keep) {
+  if (keep <= 0) return Status::ok();
+  ZT_ASSIGN_OR_RETURN(std::vector<TagInfo> tags, tags_list(dir));
+  ZT_ASSIGN_OR_RETURN(std::optional<std::string> latest, latest_read(dir));
+  const int excess = static_cast<int>(tags.size()) - keep;
+  for (int i = 0; i < excess; ++i) {
+    if (latest && tags[i].tag == *latest) continue;
+    std::error_code ec;
+    fs::remove_all(tag_path(dir, tags[i].tag), ec);
+    if (ec) {
+      return io_error("cannot delete the old checkpoint '{}': {}", tag_path(dir, tags[i].tag),
+                      ec.message());
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace zt::ckpt

@@ -1,0 +1,57 @@
+// A checkpoint folder on disk: DeepSpeed's names (reference §4) with safetensors and JSON in
+// place of pickles, and the protocol that keeps it loadable whatever moment a crash hits.
+//
+//   DIR/latest                                       the tag text, replaced last
+//   DIR/<tag>/mp_rank_00_model_states.json           rank 0: counters, scheduler, scaler, config,
+//                                                    model, client state, file checksums
+//   DIR/<tag>/zero_pp_rank_{R}_mp_rank_00_optim_states.safetensors
+//                                                    rank R: its chunk of every unit's fp32
+//                                                    master weights and optimizer state
+//
+// A save writes into DIR/.<tag>.partial/ (every file atomically, through core/file_io.h), and
+// rank 0 renames the finished folder to DIR/<tag> (exchanging it with an older one of the same
+// name) and then replaces `latest`: a reader that follows `latest` only ever finds a complete
+// checkpoint. A partial folder left by a crash is removed by the next save of that tag.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "zt/core/status.h"
+
+namespace zt::ckpt {
+
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kModelStatesFile = "mp_rank_00_model_states.json";
+constexpr const char* kFormatName = "zerotrain-checkpoint";
+constexpr int kFormatVersion = 1;
+
+std::string shard_file_name(int rank);
+std::string tag_path(const std::string& dir, const std::string& tag);
+std::string partial_path(const std::string& dir, const std::string& tag);
+
+// A tag must be one plain folder name (no '/', not "." or "..", no leading '.', printable).
+Status tag_check(const std::string& tag);
+
+// The tag `latest` names; nullopt when DIR has no `latest` file (nothing saved yet).
+Result<std::optional<std::string>> latest_read(const std::string& dir);
+Status latest_write(const std::string& dir, const std::string& tag);
+
+// Rank 0, before any rank writes: a fresh, empty partial folder for `tag`.
+Status partial_prepare(const std::string& dir, const std::string& tag);
+// Rank 0, after every rank's files and the metadata are in the partial folder: syncs it, moves
+// it to DIR/<tag> (replacing an older folder of that name only once the new one is in place) and
+// syncs DIR.
+Status partial_publish(const std::string& dir, const std::string& tag);
+
+// The complete checkpoints in DIR (folders holding the metadata file), oldest step first.
+struct TagInfo {
+  std::string tag;
+  int64_t global_steps = 0;
+};
+Result<std::vector<TagInfo>> tags_list(const std::string& dir);
+// Deletes all but the newest `keep` complete tags (never the one `latest` names).
+Status tags_prune(const std::string& dir, int keep);
+
+}  // namespace zt::ckpt

@@ -1,0 +1,407 @@
+// Engine::save_checkpoint / load_checkpoint (engine.h): the engine's counters, scheduler, loss
+// scaler and optimizer step count go into the metadata JSON; every rank's chunk of the fp32
+// master weights and optimizer state into its safetensors shard (ZeroState::read_saved); loading
+// re-slices the saved chunks onto this engine's world size and stage (checkpoint/flat_layout.h).
+// Every phase ends with the ranks agreeing on success, so one rank's failure is an error on all
+// of them, never a rank left waiting.
+#include <filesystem>
+
+#include "zt/checkpoint/checkpoint_dir.h"
+#include "zt/checkpoint/flat_layout.h"
+#include "zt/checkpoint/safetensors.h"
+#include "zt/core/file_io.h"
+#include "zt/core/json_limits.h"
+#include "zt/core/log.h"
+#include "zt/runtime/engine.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+namespace zt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string tensor_name(int unit, const std::string& kind) {
+  return fmt::format("unit{}.{}", unit, kind);
+}
+
+// A 64-bit value as four exactly representable doubles (collectives carry doubles).
+void put_u64(std::vector<double>& v, size_t at, uint64_t x) {
+  for (int i = 0; i < 4; ++i) v[at + i] = static_cast<double>((x >> (16 * i)) & 0xffff);
+}
+uint64_t get_u64(const std::vector<double>& v, size_t at) {
+  uint64_t x = 0;
+  for (int i = 0; i < 4; ++i) x |= static_cast<uint64_t>(v[at + i]) << (16 * i);
+  return x;
+}
+
+}  // namespace
+
+// Every rank passes its own outcome of a phase; all return ok only if all were ok. A rank that
+// failed returns its own error, the others one naming the failed rank.
+static Status agree(zero::ZeroState& zero, const Status& local, std::string_view phase) {
+  std::vector<double> v{local.is_ok() ? 0.0 : static_cast<double>(zero.rank() + 1)};
+  if (Status s = zero.all_reduce_doubles(v, ReduceOp::kMax); !s.is_ok()) {
+    return Status(s.code(), fmt::format("{}: the ranks could not agree (a rank did not take part: "
+                                        "checkpoint calls are collective): {}",
+                                        phase, s.message()));
+  }
+  if (!local.is_ok()) return local;
+  if (v[0] != 0.0) {
+    return io_error("{}: rank {} failed (its message says why)", phase,
+                    static_cast<int>(v[0]) - 1);
+  }
+  return Status::ok();
+}
+
+nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
+                                           const nlohmann::json& client) const {
+  nlohmann::json units = nlohmann::json::array();
+  for (const auto& u : model_.units()) {
+    nlohmann::json params = nlohmann::json::array();
+    for (nn::Param* p : u->params()) {
+      params.push_back({{"name", p->name}, {"offset", p->offset}, {"shape", p->shape.to_vector()}});
+    }
+    units.push_back({{"name", u->name()}, {"numel", u->flat_numel()}, {"params", params}});
+  }
+  const LossScalerState& ls = scaler_.state();
+  nlohmann::json meta = {
+      {"format", ckpt::kFormatName},
+      {"version", ckpt::kFormatVersion},
+      {"tag", tag},
+      {"global_steps", global_steps_},
+      {"global_samples", global_samples_},
+      {"skipped_steps", skipped_steps_},
+      {"micro_steps", micro_steps_},
+      {"dp_world_size", comm_->world_size()},
+      {"mp_world_size", 1},
+      {"zero_stage", config_.zero.stage},
+      {"dtype", std::string(dtype_name(round_dtype_))},
+      {"optimizer",
+       {{"type", optim::optimizer_name(optimizer_.spec())},
+        {"steps", optimizer_.steps()},
+        {"state_names", optim::optimizer_state_names(optimizer_.spec())}}},
+      {"loss_scaler",
+       {{"cur_scale", ls.cur_scale},
+        {"cur_iter", ls.cur_iter},
+        {"last_overflow_iter", ls.last_overflow_iter},
+        {"cur_hysteresis", ls.cur_hysteresis}}},
+      {"lr_scheduler", scheduler_ ? nlohmann::json{{"type", scheduler_->type()},
+                                                   {"last_batch_iteration",
+                                                    scheduler_->last_batch_iteration()}}
+                                  : nlohmann::json(nullptr)},
+      {"model", {{"name", model_.name()}, {"config", model_.config_json()}, {"units", units}}},
+      {"ds_config", config_to_json(config_)},
+      {"client_state", client},
+  };
+  return meta;
+}
+
+Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in,
+                               const nlohmann::json& client_state) {
+  const int rank = comm_->rank(), world = comm_->world_size();
+  Status local;
+  if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
+    local = invalid_argument(
+        "save_checkpoint in the middle of gradient accumulation (micro-step {} of {}): the "
+        "accumulated gradients are not saved; call it after step() at an accumulation boundary",
+        micro_steps_ % config_.gradient_accumulation_steps, config_.gradient_accumulation_steps);
+  }
+  std::string tag = tag_in.empty() ? fmt::format("global_step{}", global_steps_) : tag_in;
+  if (local.is_ok()) local = ckpt::tag_check(tag);
+  ZT_RETURN_IF_ERROR(agree(*zero_, local, "save_checkpoint"));
+
+  // The tag, compared across ranks (checkpoint.tag_validation) and taken from rank 0: one
+  // checkpoint needs one folder. Rank 0's bytes travel in the same collective as the hashes.
+  constexpr size_t kTagMax = 200;
+  std::vector<double> v(8 + kTagMax, 0.0);
+  const uint64_t h = XXH3_64bits(tag.data(), tag.size());
+  put_u64(v, 0, h);
+  for (int i = 0; i < 4; ++i) v[4 + i] = -v[i];
+  std::vector<double> mine = v;
+  if (rank == 0) {
+    for (size_t i = 0; i < tag.size(); ++i) v[8 + i] = static_cast<unsigned char>(tag[i]);
+  }
+  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(v, ReduceOp::kMax));
+  bool same = true;
+  for (int i = 0; i < 8; ++i) same = same && v[i] == mine[i];
+  if (!same) {
+    const std::string& mode = config_.checkpoint_tag_validation;
+    std::string rank0_tag;
+    for (size_t i = 0; i < kTagMax && v[8 + i] != 0.0; ++i) {
+      rank0_tag.push_back(static_cast<char>(static_cast<int>(v[8 + i])));
+    }
+    const std::string msg = fmt::format(
+        "checkpoint tag '{}' on rank {} differs from another rank's (rank 0: '{}')", tag, rank,
+        rank0_tag);
+    if (mode == "FAIL") {
+      return invalid_argument("{} (checkpoint.tag_validation is FAIL)", msg);
+    }
+    if (mode == "WARN") ZT_LOG_WARN("{}; saving under rank 0's tag", msg);
+    tag = rank0_tag;
+  }
+
+  // Rank 0 makes a fresh partial folder; the others wait for it.
+  local = rank == 0 ? ckpt::partial_prepare(dir, tag) : Status::ok();
+  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir)));
+
+  // Every rank writes its shard: its chunk of every unit's master weights and optimizer state.
+  const std::vector<std::string> state_names = optim::optimizer_state_names(optimizer_.spec());
+  std::vector<ckpt::TensorToWrite> tensors;
+  const int n_units = static_cast<int>(zero_->units().size());
+  for (int u = 0; u < n_units; ++u) {
+    const int64_t n = zero_->saved_chunk(u).saved_numel();
+    for (int k = 0; k <= static_cast<int>(state_names.size()); ++k) {
+      tensors.push_back({.name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]),
+                         .dtype = DType::f32,
+                         .shape = {n},
+                         .data = nullptr,
+                         .produce = [this, u, k](void* buf) {
+                           zero_->read_saved(u, k, static_cast<float*>(buf));
+                         }});
+    }
+  }
+  const std::string partial = ckpt::partial_path(dir, tag);
+  const std::string shard = ckpt::shard_file_name(rank);
+  auto written = ckpt::safetensors_write(
+      (fs::path(partial) / shard).string(), tensors,
+      {{"format", ckpt::kFormatName},
+       {"rank", std::to_string(rank)},
+       {"dp_world_size", std::to_string(world)}},
+      "checkpoint shard");
+  ZT_RETURN_IF_ERROR(agree(*zero_, written.status(), fmt::format("saving checkpoint '{}'", dir)));
+
+  // Sizes and checksums of every rank's shard, for the metadata rank 0 writes.
+  std::vector<double> files(5 * static_cast<size_t>(world), 0.0);
+  put_u64(files, 5 * static_cast<size_t>(rank), written->xxh3);
+  files[5 * static_cast<size_t>(rank) + 4] = static_cast<double>(written->bytes);
+  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(files, ReduceOp::kSum));
+  local = Status::ok();
+  if (rank == 0) {
+    nlohmann::json meta = checkpoint_metadata(tag, client_state);
+    nlohmann::json f = nlohmann::json::object();
+    for (int r = 0; r < world; ++r) {
+      f[ckpt::shard_file_name(r)] = {
+          {"bytes", static_cast<int64_t>(files[5 * static_cast<size_t>(r) + 4])},
+          {"xxh3", ckpt::hash_hex(get_u64(files, 5 * static_cast<size_t>(r)))}};
+    }
+    meta["files"] = f;
+    local = file_write_atomic((fs::path(partial) / ckpt::kModelStatesFile).string(),
+                              meta.dump(1) + "\n", "checkpoint metadata");
+    if (local.is_ok()) local = ckpt::partial_publish(dir, tag);
+    if (local.is_ok()) local = ckpt::latest_write(dir, tag);
+  }
+  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir)));
+  if (rank == 0) {
+    ZT_LOG_INFO("saved checkpoint {} (step {}, {} rank(s), {:.1f} MiB per rank)",
+                ckpt::tag_path(dir, tag), global_steps_, world, written->bytes / 1048576.0);
+  }
+  return Status::ok();
+}
+
+Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
+    const std::string& dir, const CheckpointLoadOptions& options) {
+  std::string tag = options.tag;
+  if (tag.empty()) {
+    auto latest = ckpt::latest_read(dir);
+    ZT_RETURN_IF_ERROR(agree(*zero_, latest.status(), "load_checkpoint"));
+    if (!*latest) {
+      if (comm_->rank() == 0) {
+        ZT_LOG_WARN(
+            "Unable to find latest file at {}/latest, if trying to load latest checkpoint "
+            "please ensure this file exists or pass an explicit checkpoint tag when loading a "
+            "checkpoint; training starts from the beginning",
+            dir);
+      }
+      return std::optional<LoadedCheckpoint>();
+    }
+    tag = **latest;
+  }
+  Status local = ckpt::tag_check(tag);
+  const std::string path = ckpt::tag_path(dir, tag);
+  const std::string meta_path = (fs::path(path) / ckpt::kModelStatesFile).string();
+  nlohmann::json meta;
+  if (local.is_ok()) {
+    std::error_code ec;
+    if (!fs::is_directory(path, ec)) {
+      local = not_found("checkpoint '{}' does not exist (tags in '{}' are its folders)", path,
+                        dir);
+    }
+  }
+  if (local.is_ok()) {
+    auto text = file_read_all(meta_path, "checkpoint metadata", int64_t{256} << 20);
+    if (!text) {
+      local = text.status();
+    } else if (local = json_nesting_check(*text, meta_path); local.is_ok()) {
+      meta = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+      if (meta.is_discarded() || !meta.is_object() || meta.value("format", "") != ckpt::kFormatName) {
+        local = invalid_argument("'{}' is not ZeroTrain checkpoint metadata (damaged, or another "
+                                 "program's file)",
+                                 meta_path);
+      }
+    }
+  }
+  // Every rank checks what it will read before any state is replaced.
+  if (local.is_ok()) local = restore_from(meta, path, options, RestorePhase::kCheck);
+  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("loading checkpoint '{}'", path)));
+  local = restore_from(meta, path, options, RestorePhase::kApply);
+  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("loading checkpoint '{}'", path)));
+  ZT_RETURN_IF_ERROR(agree(*zero_, zero_->refresh_params(),
+                           fmt::format("loading checkpoint '{}'", path)));
+  LoadedCheckpoint out;
+  out.path = path;
+  out.tag = tag;
+  out.client_state = meta.value("client_state", nlohmann::json::object());
+  out.saved_world_size = meta.value("dp_world_size", 0);
+  out.saved_stage = meta.value("zero_stage", 0);
+  if (comm_->rank() == 0) {
+    ZT_LOG_INFO("loaded checkpoint {} (step {}; saved on {} rank(s) at ZeRO stage {}, loaded on "
+                "{} at stage {})",
+                path, global_steps_, out.saved_world_size, out.saved_stage, comm_->world_size(),
+                config_.zero.stage);
+  }
+  return std::optional<LoadedCheckpoint>(std::move(out));
+}
+
+Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
+                            const CheckpointLoadOptions& options, RestorePhase phase) {
+  const std::string meta_path = (fs::path(path) / ckpt::kModelStatesFile).string();
+  try {
+    // The model must be the same: units, their sizes and parameters.
+    const auto& units = meta.at("model").at("units");
+    const auto& mine = model_.units();
+    if (units.size() != mine.size()) {
+      return invalid_argument(
+          "checkpoint '{}' holds a model of {} units ({}), this run's {} has {}: it is a "
+          "checkpoint of another model (check --model)",
+          path, units.size(), meta.at("model").value("name", "?"), model_.name(), mine.size());
+    }
+    for (size_t u = 0; u < mine.size(); ++u) {
+      const int64_t numel = units[u].at("numel").get<int64_t>();
+      if (numel != mine[u]->flat_numel() || units[u].at("name") != mine[u]->name()) {
+        return invalid_argument(
+            "checkpoint '{}' is of another model: its unit {} is '{}' with {} elements, this "
+            "run's is '{}' with {} (check --model and its sizes)",
+            path, u, units[u].at("name").get<std::string>(), numel, mine[u]->name(),
+            mine[u]->flat_numel());
+      }
+    }
+    const int saved_world = meta.at("dp_world_size").get<int>();
+    if (saved_world < 1 || saved_world > 1 << 20) {
+      return invalid_argument("'{}': dp_world_size {} is not a world size", meta_path,
+                              saved_world);
+    }
+    const auto state_names = optim::optimizer_state_names(optimizer_.spec());
+    const auto saved_names = meta.at("optimizer").at("state_names").get<std::vector<std::string>>();
+    const bool load_opt = options.load_optimizer_states && !options.load_module_only;
+    if (load_opt && saved_names != state_names) {
+      return invalid_argument(
+          "checkpoint '{}' holds the state of optimizer {}, this run uses {}: load it with "
+          "--no-load-optimizer-states (load_optimizer_states=false) to start the optimizer fresh",
+          path, meta.at("optimizer").value("type", "?"), optim::optimizer_name(optimizer_.spec()));
+    }
+    const auto& files = meta.at("files");
+    // Open the shards this rank reads, and check each against the metadata: size and, for the
+    // files this rank is assigned (shard f goes to rank f mod world), the checksum. Every file
+    // is so verified once, by some rank.
+    std::map<int, ckpt::SafetensorsFile> open;
+    auto shard = [&](int r) -> Result<ckpt::SafetensorsFile*> {
+      auto it = open.find(r);
+      if (it != open.end()) return &it->second;
+      const std::string name = ckpt::shard_file_name(r);
+      const std::string file = (fs::path(path) / name).string();
+      if (!files.contains(name)) {
+        return invalid_argument("'{}' lists no file '{}'; the checkpoint is damaged", meta_path,
+                                name);
+      }
+      ZT_ASSIGN_OR_RETURN(ckpt::SafetensorsFile f, ckpt::SafetensorsFile::open(file));
+      const int64_t bytes = files.at(name).at("bytes").get<int64_t>();
+      if (f.file_bytes() != bytes) {
+        return invalid_argument("checkpoint file '{}' has {} bytes, {} were written: it is "
+                                "truncated or damaged; load an earlier tag (--load-tag)",
+                                file, f.file_bytes(), bytes);
+      }
+      return &open.emplace(r, std::move(f)).first->second;
+    };
+    for (int r = comm_->rank(); phase == RestorePhase::kCheck && r < saved_world;
+         r += comm_->world_size()) {
+      const std::string name = ckpt::shard_file_name(r);
+      const std::string file = (fs::path(path) / name).string();
+      ZT_ASSIGN_OR_RETURN(auto* f, shard(r));
+      (void)f;
+      ZT_ASSIGN_OR_RETURN(uint64_t h, ckpt::file_xxh3(file));
+      const std::string want = files.at(name).at("xxh3").get<std::string>();
+      if (ckpt::hash_hex(h) != want) {
+        return invalid_argument("checkpoint file '{}' fails its checksum (xxh3 {} , expected {}): "
+                                "it is damaged; load an earlier tag (--load-tag)",
+                                file, ckpt::hash_hex(h), want);
+      }
+    }
+    if (phase == RestorePhase::kCheck) {
+      // The shards this rank reads must be there and whole (their headers parse).
+      for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
+        const auto [begin, end] = zero_->master_extent(u);
+        for (const ckpt::SlicePiece& p :
+             ckpt::flat_reslice(mine[u]->flat_numel(), saved_world, begin, end)) {
+          ZT_RETURN_IF_ERROR(shard(p.rank).status());
+        }
+      }
+      return Status::ok();
+    }
+
+    const int kinds = load_opt ? 1 + static_cast<int>(state_names.size()) : 1;
+    std::vector<float> buf;
+    for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
+      const int64_t numel = mine[u]->flat_numel();
+      const auto [begin, end] = zero_->master_extent(u);
+      buf.assign(static_cast<size_t>(end - begin), 0.0f);
+      for (int k = 0; k <= static_cast<int>(state_names.size()); ++k) {
+        std::fill(buf.begin(), buf.end(), 0.0f);
+        if (k < kinds) {
+          const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);
+          for (const ckpt::SlicePiece& p : ckpt::flat_reslice(numel, saved_world, begin, end)) {
+            ZT_ASSIGN_OR_RETURN(auto* f, shard(p.rank));
+            ZT_ASSIGN_OR_RETURN(const ckpt::TensorEntry* e, f->find(name));
+            const int64_t want = ckpt::flat_chunk(numel, saved_world, p.rank).saved_numel();
+            if (e->dtype != DType::f32 || e->numel != want) {
+              return invalid_argument("'{}': tensor '{}' has {} {} elements, the layout needs {} "
+                                      "f32; the checkpoint is damaged",
+                                      f->path(), name, e->numel, e->dtype_name, want);
+            }
+            ZT_RETURN_IF_ERROR(f->read(name, p.src_offset, p.n, buf.data() + p.dst_offset));
+          }
+        }
+        zero_->write_extent(u, k, buf.data());
+      }
+    }
+    if (options.load_module_only) return Status::ok();
+    global_steps_ = meta.at("global_steps").get<int64_t>();
+    global_samples_ = meta.at("global_samples").get<int64_t>();
+    skipped_steps_ = meta.at("skipped_steps").get<int64_t>();
+    micro_steps_ = global_steps_ * config_.gradient_accumulation_steps;
+    if (load_opt) {
+      optimizer_.set_steps(meta.at("optimizer").at("steps").get<int64_t>());
+      const auto& ls = meta.at("loss_scaler");
+      LossScalerState st;
+      st.cur_scale = ls.at("cur_scale").get<double>();
+      st.cur_iter = ls.at("cur_iter").get<int64_t>();
+      st.last_overflow_iter = ls.at("last_overflow_iter").get<int64_t>();
+      st.cur_hysteresis = ls.at("cur_hysteresis").get<int>();
+      scaler_.set_state(st);
+    } else {
+      optimizer_.set_steps(0);
+    }
+    if (options.load_lr_scheduler_states && scheduler_ && meta.at("lr_scheduler").is_object()) {
+      scheduler_->set_last_batch_iteration(
+          meta.at("lr_scheduler").at("last_batch_iteration").get<int64_t>());
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument("'{}' lacks a field or has one of the wrong type ({}); the "
+                            "checkpoint is damaged or from another version",
+                            meta_path, e.what());
+  }
+  return Status::ok();
+}
+
+}  // namespace zt

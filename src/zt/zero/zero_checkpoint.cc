@@ -1,0 +1,51 @@
+// ZeroState's side of checkpoints: which elements a rank saves and keeps, and moving them
+// between the training buffers (device or host) and host memory. The files themselves are
+// checkpoint/'s; the engine (runtime/engine_checkpoint.cc) puts the two together.
+#include "zt/zero/zero_state.h"
+
+namespace zt::zero {
+
+ckpt::FlatChunk ZeroState::saved_chunk(int u) const {
+  return ckpt::flat_chunk(units_[u].numel, world_size(), rank());
+}
+
+std::pair<int64_t, int64_t> ZeroState::master_extent(int u) const {
+  const UnitState& st = units_[u];
+  if (options_.stage == 0) return {0, st.padded};
+  return {st.shard_offset, st.shard_offset + st.shard};
+}
+
+namespace {
+
+Tensor& kind_tensor(UnitState& st, int kind) {
+  ZT_ASSERT(kind >= 0 && kind <= static_cast<int>(st.state.size()), "tensor kind {}", kind);
+  return kind == 0 ? st.master : st.state[kind - 1];
+}
+
+}  // namespace
+
+void ZeroState::read_saved(int u, int kind, float* dst) {
+  const ckpt::FlatChunk c = saved_chunk(u);
+  if (c.saved_numel() == 0) return;
+  Tensor& t = kind_tensor(units_[u], kind);
+  const int64_t offset = c.saved_begin - master_extent(u).first;
+  Tensor out = Tensor::from_blob(dst, {c.saved_numel()}, DType::f32, Device::cpu());
+  out.copy_from(t.view(offset, {c.saved_numel()}), options_.stream);
+  options_.stream.synchronize();
+}
+
+void ZeroState::write_extent(int u, int kind, const float* src) {
+  Tensor& t = kind_tensor(units_[u], kind);
+  const auto [begin, end] = master_extent(u);
+  Tensor in = Tensor::from_blob(const_cast<float*>(src), {end - begin}, DType::f32, Device::cpu());
+  t.copy_from(in, options_.stream);
+  options_.stream.synchronize();
+}
+
+Status ZeroState::refresh_params() {
+  ZT_RETURN_IF_ERROR(publish_params(/*lowp_written=*/false));
+  options_.stream.synchronize();
+  return Status::ok();
+}
+
+}  // namespace zt::zero
