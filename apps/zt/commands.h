@@ -14,6 +14,7 @@ using Args = std::vector<std::string>;
 int cmd_train(const Args& args);
 int cmd_config(const Args& args);
 int cmd_data(const Args& args);
+int cmd_ckpt(const Args& args);
 
 // Prints "zt: error: <message>" to stderr and returns 1 (2 for usage errors).
 int fail(const Status& status);

@@ -23,6 +23,7 @@ Commands:
   launch    Start a multi-process job, like `deepspeed` (zt launch --help)
   config    Check a ds_config.json and print it fully resolved (zt config check FILE)
   data      Make token files from text (zt data prepare FILES... -o OUT)
+  ckpt      Consolidate or inspect checkpoints (zt ckpt to-fp32 DIR OUT, zt ckpt inspect DIR)
 
 Options:
   --version   Print the version and build facts
@@ -61,12 +62,13 @@ int main(int argc, char** argv) {
     if (cmd == "train") return zt::cli::cmd_train(rest);
     if (cmd == "config") return zt::cli::cmd_config(rest);
     if (cmd == "data") return zt::cli::cmd_data(rest);
+    if (cmd == "ckpt") return zt::cli::cmd_ckpt(rest);
     if (cmd == "launch") return zt::launcher::launch_main(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, launch, config, data (see zt --help)\n",
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, launch, config, data, ckpt (see zt --help)\n",
                cmd.c_str());
   return 2;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zt/core/file_io.h"
+#include "zt/checkpoint/safetensors.h"
 #include "zt/core/json_limits.h"
 
 namespace zt::ckpt {
@@ -88,6 +89,68 @@ Status partial_publish(const std::string& dir, const std::string& tag) {
     return io_error("cannot move the finished checkpoint into '{}': {}", to, errno_text());
   }
   return folder_sync(dir);
+}
+
+Result<std::string> tag_resolve(const std::string& dir, const std::string& tag) {
+  if (!tag.empty()) {
+    ZT_RETURN_IF_ERROR(tag_check(tag));
+    return tag;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return not_found("checkpoint folder '{}' does not exist", dir);
+  ZT_ASSIGN_OR_RETURN(std::optional<std::string> latest, latest_read(dir));
+  if (!latest) {
+    return not_found("'{}' has no `latest` file: no checkpoint was completed there (name one "
+                     "with --tag)",
+                     dir);
+  }
+  return *latest;
+}
+
+Result<nlohmann::json> metadata_read(const std::string& tag_dir) {
+  const std::string path = (fs::path(tag_dir) / kModelStatesFile).string();
+  std::error_code ec;
+  if (!fs::is_directory(tag_dir, ec)) return not_found("checkpoint '{}' does not exist", tag_dir);
+  ZT_ASSIGN_OR_RETURN(std::string text,
+                      file_read_all(path, "checkpoint metadata", int64_t{256} << 20));
+  ZT_RETURN_IF_ERROR(json_nesting_check(text, path));
+  nlohmann::json meta = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (meta.is_discarded() || !meta.is_object() || meta.value("format", "") != kFormatName) {
+    return invalid_argument("'{}' is not ZeroTrain checkpoint metadata (damaged, or another "
+                            "program's file)",
+                            path);
+  }
+  if (meta.value("version", 0) > kFormatVersion) {
+    return invalid_argument("'{}' is checkpoint format version {}; this ZeroTrain reads up to {}",
+                            path, meta.value("version", 0), kFormatVersion);
+  }
+  return meta;
+}
+
+Status checkpoint_verify(const std::string& tag_dir, const nlohmann::json& meta) {
+  if (!meta.contains("files") || !meta["files"].is_object()) {
+    return invalid_argument("'{}' lists no files; the checkpoint is damaged",
+                            (fs::path(tag_dir) / kModelStatesFile).string());
+  }
+  for (const auto& [name, info] : meta["files"].items()) {
+    const std::string file = (fs::path(tag_dir) / name).string();
+    std::error_code ec;
+    if (!fs::exists(file, ec)) return not_found("checkpoint file '{}' is missing", file);
+    const auto size = static_cast<int64_t>(fs::file_size(file, ec));
+    const int64_t want = info.value("bytes", int64_t{-1});
+    if (ec || size != want) {
+      return invalid_argument("checkpoint file '{}' has {} bytes, {} were written: truncated or "
+                              "damaged",
+                              file, size, want);
+    }
+    ZT_ASSIGN_OR_RETURN(uint64_t h, file_xxh3(file));
+    if (hash_hex(h) != info.value("xxh3", "")) {
+      return invalid_argument("checkpoint file '{}' fails its checksum (xxh3 {}, expected {}): "
+                              "it is damaged",
+                              file, hash_hex(h), info.value("xxh3", ""));
+    }
+  }
+  return Status::ok();
 }
 
 Result<std::vector<TagInfo>> tags_list(const std::string& dir) {

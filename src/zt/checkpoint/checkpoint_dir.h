@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "zt/core/status.h"
 
 namespace zt::ckpt {
@@ -44,6 +46,14 @@ Status partial_prepare(const std::string& dir, const std::string& tag);
 // it to DIR/<tag> (replacing an older folder of that name only once the new one is in place) and
 // syncs DIR.
 Status partial_publish(const std::string& dir, const std::string& tag);
+
+// The tag to read: `tag` when given, else the one `latest` names (an error when there is none).
+Result<std::string> tag_resolve(const std::string& dir, const std::string& tag);
+// DIR/<tag>/mp_rank_00_model_states.json, parsed and checked to be ZeroTrain's.
+Result<nlohmann::json> metadata_read(const std::string& tag_dir);
+// Every file the metadata lists is there, has its size and its checksum; the first that does
+// not is named.
+Status checkpoint_verify(const std::string& tag_dir, const nlohmann::json& meta);
 
 // The complete checkpoints in DIR (folders holding the metadata file), oldest step first.
 struct TagInfo {

@@ -107,7 +107,8 @@ Result<WrittenFile> safetensors_write(const std::string& path,
     const void* src = t.data;
     if (src == nullptr) {
       if (buf.size() < bytes) buf.resize(bytes);
-      t.produce(buf.data());
+      s = t.produce(buf.data());
+      if (!s.is_ok()) break;
       src = buf.data();
     }
     s = put(src, bytes);

@@ -23,8 +23,9 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   const void* data = nullptr;  // host memory, numel * dtype size bytes
   // When data is null: called with a host buffer of the tensor's size to fill just before it is
-  // written (so a large file never needs all its tensors in host memory at once).
-  std::function<void(void*)> produce;
+  // written (so a large file never needs all its tensors in host memory at once). An error
+  // abandons the file.
+  std::function<Status(void*)> produce;
 };
 
 struct WrittenFile {

@@ -41,6 +41,10 @@ std::atomic<int> g_wake_write{-1};  // write end of the self-pipe that wakes sup
 int g_wake_read = -1;
 std::atomic<bool> g_group_active{false};
 struct sigaction g_old_actions[kNumCaught];
+// SIGUSR1 is passed on to every rank instead (a scheduler's "save and stop soon": ranks run with
+// --save-on-signal save a checkpoint and exit 0); the launcher keeps supervising.
+std::atomic<int> g_forward_pending{0};
+struct sigaction g_old_usr1;
 
 void on_launcher_signal(int sig) {
   int saved_errno = errno;
@@ -52,6 +56,18 @@ void on_launcher_signal(int sig) {
     char byte = 1;
     ssize_t n = write(fd, &byte, 1);
     (void)n;  // a full pipe already holds a wake-up
+  }
+  errno = saved_errno;
+}
+
+void on_forward_signal(int /*sig*/) {
+  int saved_errno = errno;
+  g_forward_pending.store(1);
+  int fd = g_wake_write.load();
+  if (fd >= 0) {
+    char byte = 1;
+    ssize_t n = write(fd, &byte, 1);
+    (void)n;
   }
   errno = saved_errno;
 }
@@ -165,6 +181,11 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(std::vector<ProcessSpe
     if (g_old_actions[i].sa_handler == SIG_IGN) continue;
     ZT_ASSERT(sigaction(kCaughtSignals[i], &action, nullptr) == 0);
   }
+  g_forward_pending = 0;
+  struct sigaction forward {};
+  forward.sa_handler = on_forward_signal;
+  sigemptyset(&forward.sa_mask);
+  ZT_ASSERT(sigaction(SIGUSR1, &forward, &g_old_usr1) == 0);
 
   std::unique_ptr<ProcessGroup> group(new ProcessGroup(std::move(specs), options));
   // Children are not in the terminal's foreground group: a terminal stdin would stop them.
@@ -323,6 +344,7 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       // Within one pass, a rank killed by a signal is the cause over ranks that exited with an
       // error: those are usually its peers failing on the connection it dropped (they can only
       // exit after it died, so both land in the same pass or it comes first).
+      if (e.failed()) ++result.failed;
       if (!stopping && e.failed() &&
           (result.end != GroupEnd::kProcessFailed ||
            (e.term_signal != 0 && result.failure.term_signal == 0))) {
@@ -331,6 +353,7 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       }
     }
     if (!stopping && result.end == GroupEnd::kProcessFailed) stop_begin();
+    if (!stopping && g_forward_pending.exchange(0) != 0) groups_signal(SIGUSR1);
     int sig = g_first_signal.load();
     if (!stopping && sig != 0) {
       result.end = GroupEnd::kInterrupted;
@@ -374,7 +397,9 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       result.exit_code = result.failure.shell_code();
       break;
     case GroupEnd::kInterrupted:
-      result.exit_code = 128 + result.launcher_signal;
+      // Every rank ended cleanly on the signal (ranks that save on SIGTERM and exit 0): the job
+      // finished as asked.
+      result.exit_code = result.failed == 0 ? 0 : 128 + result.launcher_signal;
       break;
   }
   return result;
@@ -382,6 +407,7 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
 
 void ProcessGroup::handlers_restore() {
   for (int i = 0; i < kNumCaught; ++i) sigaction(kCaughtSignals[i], &g_old_actions[i], nullptr);
+  sigaction(SIGUSR1, &g_old_usr1, nullptr);
   int write_fd = g_wake_write.exchange(-1);
   if (write_fd >= 0) close(write_fd);
   if (g_wake_read >= 0) close(g_wake_read);

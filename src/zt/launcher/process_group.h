@@ -66,6 +66,7 @@ struct GroupResult {
   ProcessExit failure;      // kProcessFailed: the first process seen to fail
   int launcher_signal = 0;  // kInterrupted: the signal the launcher received
   int stopped = 0;          // processes still running when the stop began
+  int failed = 0;           // processes that exited non-zero or by a signal
   int exit_code = 0;        // what the launcher exits with: 0, failure.shell_code(), 128+signal
 };
 

@@ -10,7 +10,6 @@
 #include "zt/checkpoint/flat_layout.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
-#include "zt/core/json_limits.h"
 #include "zt/core/log.h"
 #include "zt/runtime/engine.h"
 
@@ -159,6 +158,7 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
                          .data = nullptr,
                          .produce = [this, u, k](void* buf) {
                            zero_->read_saved(u, k, static_cast<float*>(buf));
+                           return Status::ok();
                          }});
     }
   }
@@ -220,27 +220,11 @@ Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
   }
   Status local = ckpt::tag_check(tag);
   const std::string path = ckpt::tag_path(dir, tag);
-  const std::string meta_path = (fs::path(path) / ckpt::kModelStatesFile).string();
   nlohmann::json meta;
   if (local.is_ok()) {
-    std::error_code ec;
-    if (!fs::is_directory(path, ec)) {
-      local = not_found("checkpoint '{}' does not exist (tags in '{}' are its folders)", path,
-                        dir);
-    }
-  }
-  if (local.is_ok()) {
-    auto text = file_read_all(meta_path, "checkpoint metadata", int64_t{256} << 20);
-    if (!text) {
-      local = text.status();
-    } else if (local = json_nesting_check(*text, meta_path); local.is_ok()) {
-      meta = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-      if (meta.is_discarded() || !meta.is_object() || meta.value("format", "") != ckpt::kFormatName) {
-        local = invalid_argument("'{}' is not ZeroTrain checkpoint metadata (damaged, or another "
-                                 "program's file)",
-                                 meta_path);
-      }
-    }
+    auto m = ckpt::metadata_read(path);
+    local = m.status();
+    if (m) meta = std::move(m).value();
   }
   // Every rank checks what it will read before any state is replaced.
   if (local.is_ok()) local = restore_from(meta, path, options, RestorePhase::kCheck);

@@ -182,6 +182,43 @@ TEST(LauncherProcessGroup, SignalToTheLauncherStopsEveryone) {
   EXPECT_EQ(children_count(), 0);
 }
 
+// Ranks that save on SIGTERM and exit 0 (zt train --save-on-signal): the job ends cleanly.
+TEST(LauncherProcessGroup, RanksThatExitCleanlyOnTheSignalEndTheJobWithZero) {
+  const std::string trap = "trap 'exit 0' TERM; while :; do sleep 0.05; done";
+  Result<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::start({sh_spec("rank 0", trap), sh_spec("rank 1", trap)}, {});
+  ASSERT_TRUE(group.is_ok());
+  std::thread sender([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(getpid(), SIGTERM);
+  });
+  GroupResult r = (*group)->wait();
+  sender.join();
+  EXPECT_EQ(r.end, GroupEnd::kInterrupted);
+  EXPECT_EQ(r.failed, 0);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(children_count(), 0);
+}
+
+// SIGUSR1 is passed on to every rank, and the launcher goes on supervising them.
+TEST(LauncherProcessGroup, Usr1IsForwardedToEveryRank) {
+  const std::string trap = "trap 'exit 0' USR1; while :; do sleep 0.05; done";
+  Result<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::start({sh_spec("rank 0", trap), sh_spec("rank 1", trap)}, {});
+  ASSERT_TRUE(group.is_ok());
+  std::thread sender([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kill(getpid(), SIGUSR1);
+  });
+  auto t0 = Clock::now();
+  GroupResult r = (*group)->wait();
+  sender.join();
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_EQ(r.end, GroupEnd::kAllSucceeded);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(children_count(), 0);
+}
+
 TEST(LauncherProcessGroup, SignalIgnoredByTheLauncherStaysIgnored) {
   // As under `nohup`: SIGHUP ignored when the group starts must neither stop the group nor be
   // un-ignored in the processes.
