@@ -67,8 +67,21 @@ Status partial_prepare(const std::string& dir, const std::string& tag) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return io_error("cannot create the checkpoint folder '{}': {}", dir, ec.message());
-  fs::remove_all(p, ec);
-  if (ec) return io_error("cannot remove the unfinished checkpoint '{}': {}", p, ec.message());
+  // What crashed saves left behind: unfinished tag folders and temporaries of `latest`.
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool partial = name.size() > 9 && name[0] == '.' &&
+                         name.compare(name.size() - 8, 8, ".partial") == 0;
+    if (partial || name.rfind(".latest.tmp.", 0) == 0) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+      if (rm) {
+        return io_error("cannot remove the unfinished checkpoint '{}': {}", e.path().string(),
+                        rm.message());
+      }
+    }
+  }
+  if (ec) return io_error("cannot list the checkpoint folder '{}': {}", dir, ec.message());
   fs::create_directory(p, ec);
   if (ec) return io_error("cannot create '{}': {}", p, ec.message());
   return Status::ok();

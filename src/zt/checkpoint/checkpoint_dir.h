@@ -40,7 +40,8 @@ Status tag_check(const std::string& tag);
 Result<std::optional<std::string>> latest_read(const std::string& dir);
 Status latest_write(const std::string& dir, const std::string& tag);
 
-// Rank 0, before any rank writes: a fresh, empty partial folder for `tag`.
+// Rank 0, before any rank writes: a fresh, empty partial folder for `tag` (and whatever
+// unfinished folders and temporaries earlier crashed saves left in DIR are removed).
 Status partial_prepare(const std::string& dir, const std::string& tag);
 // Rank 0, after every rank's files and the metadata are in the partial folder: syncs it, moves
 // it to DIR/<tag> (replacing an older folder of that name only once the new one is in place) and
