@@ -65,6 +65,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--save-interval", FlagKind::kValue, "optimizer steps between checkpoints (default: only at the end)",
      "N"},
     {"--keep-last", FlagKind::kValue, "keep only the newest K checkpoints in --save DIR", "K"},
+    {"--save-async", FlagKind::kSwitch,
+     "write checkpoints in the background from a host copy (training stalls only for the copy)"},
     {"--save-on-signal", FlagKind::kSwitch,
      "on SIGTERM or SIGUSR1, finish the step, save a checkpoint and exit 0 (needs --save)"},
     {"--load", FlagKind::kValue,
@@ -272,9 +274,12 @@ int cmd_train(const Args& args) {
   auto keep_last = int_flag("--keep-last", 0, 1);
   if (!keep_last) return fail(keep_last.status());
   const bool save_on_signal = a.has("--save-on-signal");
-  if (!save_dir && (a.has("--save-interval") || a.has("--keep-last") || save_on_signal)) {
+  const bool save_async = a.has("--save-async");
+  if (!save_dir &&
+      (a.has("--save-interval") || a.has("--keep-last") || save_on_signal || save_async)) {
     return fail(invalid_argument(
-        "--save-interval, --keep-last and --save-on-signal need --save DIR (where to save)"));
+        "--save-interval, --keep-last, --save-async and --save-on-signal need --save DIR (where "
+        "to save)"));
   }
   if (!a.get("--load") && (a.has("--load-tag") || a.has("--load-module-only") ||
                            a.has("--no-load-optimizer-states") ||
@@ -347,9 +352,16 @@ int cmd_train(const Args& args) {
   }
   const nlohmann::json client_state = {{"data", data_state}};
   int64_t saved_at = -1;
-  auto save = [&]() -> Status {
-    ZT_RETURN_IF_ERROR(engine.save_checkpoint(*save_dir, "", client_state));
+  // Periodic saves may run in the background (--save-async); the last one and a save on a
+  // signal are waited for before the process ends.
+  auto save = [&](bool last) -> Status {
     saved_at = engine.global_steps();
+    if (save_async) {
+      ZT_RETURN_IF_ERROR(engine.save_checkpoint_async(*save_dir, "", client_state,
+                                                      static_cast<int>(*keep_last)));
+      return last ? engine.checkpoint_wait() : Status::ok();
+    }
+    ZT_RETURN_IF_ERROR(engine.save_checkpoint(*save_dir, "", client_state));
     if (*keep_last > 0 && rank == 0) {
       return ckpt::tags_prune(*save_dir, static_cast<int>(*keep_last));
     }
@@ -393,7 +405,7 @@ int cmd_train(const Args& args) {
       return fail(s);
     }
     if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
-      if (Status s = save(); !s.is_ok()) {
+      if (Status s = save(false); !s.is_ok()) {
         bar.finish();
         return fail(s);
       }
@@ -408,8 +420,9 @@ int cmd_train(const Args& args) {
         bar.finish();
         if (rank == 0) ZT_LOG_INFO("signal received: saving at step {} and stopping", st.step);
         if (saved_at != engine.global_steps()) {
-          if (Status s = save(); !s.is_ok()) return fail(s);
+          if (Status s = save(true); !s.is_ok()) return fail(s);
         }
+        if (Status s = engine.checkpoint_wait(); !s.is_ok()) return fail(s);
         if (Status s = metrics.close(); !s.is_ok()) return fail(s);
         return 0;
       }
@@ -417,8 +430,9 @@ int cmd_train(const Args& args) {
   }
   bar.finish();
   if (save_dir && saved_at != engine.global_steps()) {
-    if (Status s = save(); !s.is_ok()) return fail(s);
+    if (Status s = save(true); !s.is_ok()) return fail(s);
   }
+  if (Status s = engine.checkpoint_wait(); !s.is_ok()) return fail(s);
   if (Status s = metrics.close(); !s.is_ok()) return fail(s);
   if (auto dump = a.get("--dump-params")) {
     auto full = engine.gather_master();

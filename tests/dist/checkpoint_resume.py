@@ -18,7 +18,8 @@
 4. Damage is named: a flipped byte in a shard and a truncated shard each make the load fail
    with the file's name and nothing is written; `inspect --verify` names them too. A --load
    folder without `latest` warns and starts fresh.
-5. --keep-last 2 keeps the two newest tags; --save-on-signal: SIGUSR1 to the launcher makes every
+5. --keep-last 2 keeps the two newest tags; --save-async saves every interval and resumes
+   exactly; --save-on-signal: SIGUSR1 to the launcher makes every
    rank save and exit 0, and the run resumes from that step exactly.
 
 Usage: checkpoint_resume.py ZT_BINARY SOURCE_DIR
@@ -225,6 +226,14 @@ train("keep", 1, sgd[0], 7, ["--save", kl, "--save-interval", "2", "--keep-last"
 tags = sorted(d for d in os.listdir(kl) if not d.startswith("."))
 check("--keep-last 2 keeps the two newest", tags == ["global_step6", "global_step7", "latest"],
       str(tags))
+asy = os.path.join(TMP, "async_ckpt")
+train("async_first", 2, sgd[3], 6, ["--save", asy, "--save-interval", "2", "--save-async"])
+_, asy_ref, _ = train("async_ref", 2, sgd[3], 9)
+_, asy_res, _ = train("async_res", 2, sgd[3], 9, ["--load", asy])
+tags = sorted(d for d in os.listdir(asy) if not d.startswith("."))
+check("--save-async: every interval saved, the last resumes exactly",
+      tags == ["global_step2", "global_step4", "global_step6", "latest"] and
+      [r["loss"] for r in asy_ref[6:]] == [r["loss"] for r in asy_res], str(tags))
 sig = os.path.join(TMP, "sig_ckpt")
 port[0] += 1
 metrics = os.path.join(TMP, "sig.jsonl")

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -102,6 +104,63 @@ Status partial_publish(const std::string& dir, const std::string& tag) {
     return io_error("cannot move the finished checkpoint into '{}': {}", to, errno_text());
   }
   return folder_sync(dir);
+}
+
+Status checkpoint_finish(const std::string& dir, const std::string& tag, nlohmann::json meta,
+                         const nlohmann::json& files, int keep_last) {
+  meta["files"] = files;
+  ZT_RETURN_IF_ERROR(file_write_atomic((fs::path(partial_path(dir, tag)) / kModelStatesFile)
+                                           .string(),
+                                       meta.dump(1) + "\n", "checkpoint metadata"));
+  ZT_RETURN_IF_ERROR(partial_publish(dir, tag));
+  ZT_RETURN_IF_ERROR(latest_write(dir, tag));
+  return tags_prune(dir, keep_last);
+}
+
+namespace {
+std::string note_path(const std::string& dir, const std::string& tag, int rank) {
+  return (fs::path(partial_path(dir, tag)) / fmt::format(".shard_{}.note", rank)).string();
+}
+}  // namespace
+
+Status shard_note_write(const std::string& dir, const std::string& tag, int rank,
+                        const Result<WrittenFile>& written) {
+  nlohmann::json note = written.is_ok()
+                            ? nlohmann::json{{"bytes", written->bytes},
+                                             {"xxh3", hash_hex(written->xxh3)}}
+                            : nlohmann::json{{"error", written.status().message()}};
+  return file_write_atomic(note_path(dir, tag, rank), note.dump(), "checkpoint note");
+}
+
+Result<nlohmann::json> shard_notes_wait(const std::string& dir, const std::string& tag, int world,
+                                        double timeout_s) {
+  nlohmann::json files = nlohmann::json::object();
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < world; ++r) {
+    const std::string path = note_path(dir, tag, r);
+    std::error_code ec;
+    while (!fs::exists(path, ec)) {
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_s) {
+        return unavailable("checkpoint '{}': rank {} wrote no shard within {:.0f} s (did it "
+                           "stop?); the checkpoint is not published",
+                           tag_path(dir, tag), r, timeout_s);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ZT_ASSIGN_OR_RETURN(std::string text, file_read_all(path, "checkpoint note", 1 << 16));
+    const nlohmann::json note = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!note.is_object()) return io_error("checkpoint note '{}' is damaged", path);
+    if (note.contains("error")) {
+      return io_error("checkpoint '{}': rank {} failed to write its shard: {}",
+                      tag_path(dir, tag), r, note.value("error", ""));
+    }
+    files[shard_file_name(r)] = {{"bytes", note.value("bytes", int64_t{0})},
+                                 {"xxh3", note.value("xxh3", "")}};
+    fs::remove(path, ec);
+  }
+  return files;
 }
 
 Result<std::string> tag_resolve(const std::string& dir, const std::string& tag) {

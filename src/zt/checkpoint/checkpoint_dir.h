@@ -24,6 +24,8 @@
 
 namespace zt::ckpt {
 
+struct WrittenFile;
+
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kModelStatesFile = "mp_rank_00_model_states.json";
 constexpr const char* kFormatName = "zerotrain-checkpoint";
@@ -55,6 +57,21 @@ Result<nlohmann::json> metadata_read(const std::string& tag_dir);
 // Every file the metadata lists is there, has its size and its checksum; the first that does
 // not is named.
 Status checkpoint_verify(const std::string& tag_dir, const nlohmann::json& meta);
+
+// Rank 0, last: writes the metadata (with `files` added) into the partial folder, publishes
+// the folder, replaces `latest`, and prunes to the newest keep_last tags (0: keeps all).
+Status checkpoint_finish(const std::string& dir, const std::string& tag, nlohmann::json meta,
+                         const nlohmann::json& files, int keep_last);
+
+// Asynchronous saves (--save-async) agree through the partial folder instead of collectives
+// (the training loop owns the communicator meanwhile): each rank leaves a small note when its
+// shard is written (or failed), and rank 0 waits for all of them before checkpoint_finish.
+Status shard_note_write(const std::string& dir, const std::string& tag, int rank,
+                        const Result<struct WrittenFile>& written);
+// The `files` object of the metadata once every rank's note is there; an error naming the rank
+// that failed or that left no note within `timeout_s`.
+Result<nlohmann::json> shard_notes_wait(const std::string& dir, const std::string& tag, int world,
+                                        double timeout_s);
 
 // The complete checkpoints in DIR (folders holding the metadata file), oldest step first.
 struct TagInfo {

@@ -12,7 +12,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
+#include "zt/checkpoint/safetensors.h"
 #include "zt/comm/communicator.h"
 #include "zt/core/tensor.h"
 #include "zt/nn/model.h"
@@ -120,6 +122,18 @@ class Engine {
   // makes every rank return an error; nothing saved before is touched.
   Status save_checkpoint(const std::string& dir, const std::string& tag = "",
                          const nlohmann::json& client_state = nlohmann::json::object());
+  // The same checkpoint written in the background (--save-async): the call copies this rank's
+  // state into a host snapshot (the only stall; the snapshot buffer stays allocated between
+  // saves) and returns; a thread writes the shard while training goes on, and rank 0's thread
+  // publishes the checkpoint once every rank's shard is written (no collective meanwhile).
+  // keep_last > 0 then prunes to that many tags. The outcome comes from checkpoint_wait(), which
+  // the next save (sync or async) and the destructor call.
+  Status save_checkpoint_async(const std::string& dir, const std::string& tag = "",
+                               const nlohmann::json& client_state = nlohmann::json::object(),
+                               int keep_last = 0);
+  // Waits for a save in flight on this rank; its error if it failed (ok when none).
+  Status checkpoint_wait();
+  ~Engine();
   // DeepSpeed's load_checkpoint. Collective. A checkpoint saved at any world size and ZeRO stage
   // loads at this engine's (a re-slice of the unit-flat chunks). nullopt (and one warning) when
   // DIR has no `latest` and no tag was given: nothing to resume, training starts fresh.
@@ -131,6 +145,17 @@ class Engine {
   // After the optimizer: zero gradients, step the scheduler, advance the counters.
   Status finish_step(StepStats& stats);
   void report_progress() const;
+  // A save in flight (save_checkpoint_async): the shard is written from a host snapshot by a
+  // thread of its own; rank 0's thread then waits for every rank's note and publishes.
+  struct PendingSave {
+    std::thread thread;
+    Status result;
+    std::string path;
+    int64_t step = 0;
+    int64_t bytes = 0;
+  };
+  Result<std::string> save_begin(const std::string& dir, const std::string& tag);
+  std::vector<ckpt::TensorToWrite> shard_tensors();
   nlohmann::json checkpoint_metadata(const std::string& tag, const nlohmann::json& client) const;
   enum class RestorePhase : unsigned char { kCheck, kApply };
   Status restore_from(const nlohmann::json& meta, const std::string& path,
@@ -155,6 +180,8 @@ class Engine {
   int loss_count_ = 0;
   bool have_forward_ = false;
   std::optional<StepStats> last_step_;
+  std::unique_ptr<PendingSave> pending_save_;
+  Tensor save_snapshot_;  // host copy an asynchronous save writes from
   int64_t last_step_groups_ = 0;
 };
 

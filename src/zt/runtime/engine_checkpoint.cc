@@ -5,11 +5,13 @@
 // Every phase ends with the ranks agreeing on success, so one rank's failure is an error on all
 // of them, never a rank left waiting.
 #include <filesystem>
+#include <thread>
 
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/flat_layout.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
+#include "zt/comm/env.h"
 #include "zt/core/log.h"
 #include "zt/runtime/engine.h"
 
@@ -33,6 +35,16 @@ uint64_t get_u64(const std::vector<double>& v, size_t at) {
   uint64_t x = 0;
   for (int i = 0; i < 4; ++i) x |= static_cast<uint64_t>(v[at + i]) << (16 * i);
   return x;
+}
+
+// The collective timeout (ZT_COMM_TIMEOUT_S / DEEPSPEED_TIMEOUT): how long rank 0's publisher
+// waits for the other ranks' shards of an asynchronous save.
+double comm_timeout_seconds() {
+  auto t = comm_timeout_from([](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+  });
+  return t.is_ok() ? static_cast<double>(t->count()) / 1000.0 : 1800.0;
 }
 
 }  // namespace
@@ -97,9 +109,8 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
   return meta;
 }
 
-Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in,
-                               const nlohmann::json& client_state) {
-  const int rank = comm_->rank(), world = comm_->world_size();
+Result<std::string> Engine::save_begin(const std::string& dir, const std::string& tag_in) {
+  const int rank = comm_->rank();
   Status local;
   if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
     local = invalid_argument(
@@ -144,8 +155,11 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
   // Rank 0 makes a fresh partial folder; the others wait for it.
   local = rank == 0 ? ckpt::partial_prepare(dir, tag) : Status::ok();
   ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir)));
+  return tag;
+}
 
-  // Every rank writes its shard: its chunk of every unit's master weights and optimizer state.
+// The tensors of this rank's shard, in file order: every unit's fp32 master and optimizer state.
+std::vector<ckpt::TensorToWrite> Engine::shard_tensors() {
   const std::vector<std::string> state_names = optim::optimizer_state_names(optimizer_.spec());
   std::vector<ckpt::TensorToWrite> tensors;
   const int n_units = static_cast<int>(zero_->units().size());
@@ -162,6 +176,18 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
                          }});
     }
   }
+  return tensors;
+}
+
+Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in,
+                               const nlohmann::json& client_state) {
+  ZT_RETURN_IF_ERROR(checkpoint_wait());
+  ZT_ASSIGN_OR_RETURN(const std::string tag, save_begin(dir, tag_in));
+  const int rank = comm_->rank(), world = comm_->world_size();
+  Status local;
+
+  // Every rank writes its shard, reading each tensor from the training buffers as it goes.
+  const std::vector<ckpt::TensorToWrite> tensors = shard_tensors();
   const std::string partial = ckpt::partial_path(dir, tag);
   const std::string shard = ckpt::shard_file_name(rank);
   auto written = ckpt::safetensors_write(
@@ -179,18 +205,13 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
   ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(files, ReduceOp::kSum));
   local = Status::ok();
   if (rank == 0) {
-    nlohmann::json meta = checkpoint_metadata(tag, client_state);
     nlohmann::json f = nlohmann::json::object();
     for (int r = 0; r < world; ++r) {
       f[ckpt::shard_file_name(r)] = {
           {"bytes", static_cast<int64_t>(files[5 * static_cast<size_t>(r) + 4])},
           {"xxh3", ckpt::hash_hex(get_u64(files, 5 * static_cast<size_t>(r)))}};
     }
-    meta["files"] = f;
-    local = file_write_atomic((fs::path(partial) / ckpt::kModelStatesFile).string(),
-                              meta.dump(1) + "\n", "checkpoint metadata");
-    if (local.is_ok()) local = ckpt::partial_publish(dir, tag);
-    if (local.is_ok()) local = ckpt::latest_write(dir, tag);
+    local = ckpt::checkpoint_finish(dir, tag, checkpoint_metadata(tag, client_state), f, 0);
   }
   ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir)));
   if (rank == 0) {
@@ -198,6 +219,73 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
                 ckpt::tag_path(dir, tag), global_steps_, world, written->bytes / 1048576.0);
   }
   return Status::ok();
+}
+
+Status Engine::save_checkpoint_async(const std::string& dir, const std::string& tag_in,
+                                     const nlohmann::json& client_state, int keep_last) {
+  ZT_RETURN_IF_ERROR(checkpoint_wait());
+  ZT_ASSIGN_OR_RETURN(const std::string tag, save_begin(dir, tag_in));
+  const int rank = comm_->rank(), world = comm_->world_size();
+  // The snapshot: every tensor of the shard copied into one host buffer (page-locked on a GPU, so
+  // the copies run at the bus's speed), kept between saves. This copy is the training's stall.
+  std::vector<ckpt::TensorToWrite> tensors = shard_tensors();
+  int64_t total = 0;
+  for (const auto& t : tensors) total += t.shape[0];
+  if (!save_snapshot_.defined() || save_snapshot_.numel() < total) {
+    save_snapshot_ = options_.device.is_cuda()
+                         ? Tensor::empty_pinned({std::max<int64_t>(total, 1)}, DType::f32)
+                         : Tensor::empty({std::max<int64_t>(total, 1)}, DType::f32, Device::cpu());
+  }
+  float* at = save_snapshot_.data<float>();
+  for (auto& t : tensors) {
+    ZT_RETURN_IF_ERROR(t.produce(at));
+    t.data = at;
+    t.produce = nullptr;
+    at += t.shape[0];
+  }
+  nlohmann::json meta = rank == 0 ? checkpoint_metadata(tag, client_state) : nlohmann::json();
+  const double timeout_s = comm_timeout_seconds();
+  auto job = std::make_unique<PendingSave>();
+  job->path = ckpt::tag_path(dir, tag);
+  job->step = global_steps_;
+  PendingSave* p = job.get();
+  job->thread = std::thread([p, dir, tag, rank, world, keep_last, timeout_s,
+                             tensors = std::move(tensors), meta = std::move(meta)]() mutable {
+    const std::string shard =
+        (fs::path(ckpt::partial_path(dir, tag)) / ckpt::shard_file_name(rank)).string();
+    auto written = ckpt::safetensors_write(shard, tensors,
+                                           {{"format", ckpt::kFormatName},
+                                            {"rank", std::to_string(rank)},
+                                            {"dp_world_size", std::to_string(world)}},
+                                           "checkpoint shard");
+    if (written) p->bytes = written->bytes;
+    Status s = ckpt::shard_note_write(dir, tag, rank, written);
+    if (s.is_ok()) s = written.status();
+    if (s.is_ok() && rank == 0) {
+      auto files = ckpt::shard_notes_wait(dir, tag, world, timeout_s);
+      s = files.status();
+      if (s.is_ok()) s = ckpt::checkpoint_finish(dir, tag, std::move(meta), *files, keep_last);
+    }
+    p->result = s;
+  });
+  pending_save_ = std::move(job);
+  return Status::ok();
+}
+
+Engine::~Engine() {
+  if (Status s = checkpoint_wait(); !s.is_ok()) ZT_LOG_ERROR("{}", s.message());
+}
+
+Status Engine::checkpoint_wait() {
+  if (!pending_save_) return Status::ok();
+  pending_save_->thread.join();
+  std::unique_ptr<PendingSave> job = std::move(pending_save_);
+  if (job->result.is_ok() && comm_->rank() == 0) {
+    ZT_LOG_INFO("saved checkpoint {} (step {}, {} rank(s), {:.1f} MiB per rank, written while "
+                "training went on)",
+                job->path, job->step, comm_->world_size(), job->bytes / 1048576.0);
+  }
+  return job->result;
 }
 
 Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
