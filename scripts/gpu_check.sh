@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, over a bundle made by scripts/gpu_bundle.sh: the GPU test suite, a short
-# `zt train` of GPT-2 124M in bf16, and the GPT-2 benchmark next to PyTorch (eager and
-# torch.compile) with the same model, batch, sequence and precision, in the same run. Prints a
-# short table last. Results (JSON lines, logs) go to ${OUT:-gpu_out}.
+# `zt train` of GPT-2 124M in bf16, the GPT-2 benchmark next to PyTorch (eager and
+# torch.compile) with the same model, batch, sequence and precision, the attention benchmark, and
+# checkpoint save/load next to PyTorch DCP and the disk's own speed (dd), in the same run. Prints
+# a short table last. Results (JSON lines, logs) go to ${OUT:-gpu_out}.
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt") picks the sections to run;
+# ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
+# where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
@@ -17,19 +21,31 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt} "
+on() { [[ "$sections" == *" $1 "* ]]; }
+gpu_rc=-1
+train_rc=-1
+: >"$out/bench.jsonl"
+: >"$out/attention.jsonl"
+: >"$out/ckpt.jsonl"
+
+if on tests; then
 echo "== GPU tests"
 "$bin"/zt_gpu_tests --gtest_brief=1 --gtest_output=json:"$out/gpu_tests.json" 2>&1 | tail -40 | tee "$out/gpu_tests.log"
 gpu_rc=${PIPESTATUS[0]}
+fi
 
+if on train; then
 echo "== zt train --model gpt2 --device cuda (bf16, micro-batch 16, seq 1024)"
 "$bin"/zt train --config examples/ds_config_gpt2_bf16.json --model gpt2 --device cuda \
   --steps "${ZT_TRAIN_STEPS:-30}" ${ZT_TRAIN_DATA:+--data "$ZT_TRAIN_DATA"} --metrics-out "$out/train.jsonl" \
   --sample-tokens 0 >"$out/train.log" 2>&1
 train_rc=$?
 tail -5 "$out/train.log"
+fi
 
+if on bench; then
 echo "== benchmark: $model, batch $batch, seq $seq, bf16, median of $steps steps"
-: >"$out/bench.jsonl"
 "$bin"/zt_bench_gpt2 --model "$model" --batch "$batch" --seq "$seq" --dtype bf16 --steps "$steps" \
   >>"$out/bench.jsonl" 2>"$out/bench_zt.log" || tail -5 "$out/bench_zt.log"
 python3 bench/gpt2_torch.py --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" \
@@ -38,12 +54,30 @@ if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
   python3 bench/gpt2_torch.py --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --compile \
     >>"$out/bench.jsonl" 2>"$out/bench_compile.log" || tail -5 "$out/bench_compile.log"
 fi
+fi
 
+if on attention; then
 echo "== attention fwd+bwd, bf16: fused and unfused next to torch SDPA"
-: >"$out/attention.jsonl"
 "$bin"/zt_bench_attention >>"$out/attention.jsonl" 2>"$out/attention_zt.log" || tail -5 "$out/attention_zt.log"
 python3 bench/attention_torch.py >>"$out/attention.jsonl" 2>"$out/attention_torch.log" ||
   tail -5 "$out/attention_torch.log"
+fi
+
+if on ckpt; then
+ckdir=${ZT_CKPT_DIR:-/tmp/zt_ckpt_bench}
+mkdir -p "$ckdir"
+echo "== checkpoint save/load: the disk (dd, 4 GiB, O_DIRECT), ZeroTrain, PyTorch DCP"
+dd if=/dev/zero of="$ckdir/dd.bin" bs=64M count=64 oflag=direct 2>&1 | tail -1 | tee "$out/dd.txt"
+rm -f "$ckdir/dd.bin"
+for m in ${ZT_CKPT_MODELS:-gpt-1.3b gpt-2.7b}; do
+  async=""
+  [ "$m" = "gpt-1.3b" ] || async="--no-async"
+  "$bin"/zt_bench_ckpt --dir "$ckdir/zt" --model "$m" --dtype bf16 $async \
+    >>"$out/ckpt.jsonl" 2>"$out/ckpt_zt_$m.log" || tail -5 "$out/ckpt_zt_$m.log"
+  python3 bench/ckpt_torch.py --dir "$ckdir/dcp" --model "$m" \
+    >>"$out/ckpt.jsonl" 2>"$out/ckpt_torch_$m.log" || tail -5 "$out/ckpt_torch_$m.log"
+done
+fi
 
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" <<'PY'
@@ -55,6 +89,7 @@ try:
 except Exception as e:
     tests = f"no report ({e})"
 rows = [json.loads(l) for l in open(f"{out}/bench.jsonl") if l.strip()]
+ck = [json.loads(l) for l in open(f"{out}/ckpt.jsonl") if l.strip()]
 zt = next((r for r in rows if r["impl"] == "zerotrain"), None)
 print(f"GPU tests: {tests} (exit {gpu_rc});  zt train gpt2 bf16: exit {train_rc}")
 print(f"{'impl':<14}{'tokens/s':>12}{'step ms':>10}{'peak GiB':>10}{'vs zerotrain':>14}")
@@ -71,4 +106,19 @@ for r in att:
     ratio = t["ms_median"] / r["ms_median"] if t else float("nan")
     print(f"{str(key):<24}{r['impl']:<20}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
 print("(last column: torch SDPA time divided by that row's time; above 1 is faster than torch)")
+if ck:
+    try:
+        print("\ndisk:", open(f"{out}/dd.txt").read().strip())
+    except OSError:
+        pass
+    print(f"{'checkpoint':<22}{'GB':>7}{'save s':>8}{'GB/s':>7}{'load s':>8}{'GB/s':>7}"
+          f"{'async stall s':>15}{'save vs dcp':>12}{'load vs dcp':>12}")
+    for r in ck:
+        d = next((x for x in ck if x["impl"] == "torch-dcp" and x["model"] == r["model"]), None)
+        sv = d["save_s"] / r["save_s"] if d else float("nan")
+        ld = d["load_s"] / r["load_s"] if d else float("nan")
+        print(f"{r['impl'] + ' ' + r['model']:<22}{r['bytes']/1e9:>7.1f}{r['save_s']:>8.2f}"
+              f"{r['save_GBps']:>7.2f}{r['load_s']:>8.2f}{r['load_GBps']:>7.2f}"
+              f"{r['async_stall_s']:>15.3f}{sv:>11.2f}x{ld:>11.2f}x")
+    print("(vs dcp: DCP's time divided by this row's; above 1 is faster than DCP)")
 PY

@@ -126,6 +126,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   f.path_ = path;
   f.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (f.fd_ < 0) return io_error("cannot read '{}': {}", path, errno_text());
+  (void)::posix_fadvise(f.fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   struct stat st {};
   if (::fstat(f.fd_, &st) != 0) return io_error("cannot read '{}': {}", path, errno_text());
   f.file_bytes_ = st.st_size;
@@ -257,6 +258,14 @@ Status SafetensorsFile::read(const std::string& name, int64_t first, int64_t cou
   }
   const auto es = static_cast<int64_t>(dtype_size(e->dtype));
   return pread_exact(fd_, dst, static_cast<size_t>(count * es), e->begin + first * es, path_);
+}
+
+Status SafetensorsFile::read_bytes(int64_t offset, int64_t n, void* dst) const {
+  if (offset < 0 || n < 0 || offset + n > file_bytes_) {
+    return invalid_argument("'{}': bytes [{}, {}) lie outside its {} bytes", path_, offset,
+                            offset + n, file_bytes_);
+  }
+  return pread_exact(fd_, dst, static_cast<size_t>(n), offset, path_);
 }
 
 Result<uint64_t> file_xxh3(const std::string& path) {

@@ -65,6 +65,8 @@ class SafetensorsFile {
   Result<const TensorEntry*> find(const std::string& name) const;
   // Copies elements [first, first + count) of tensor `name` (its own dtype) into dst.
   Status read(const std::string& name, int64_t first, int64_t count, void* dst) const;
+  // Copies bytes [offset, offset + n) of the file (a streaming reader's chunk).
+  Status read_bytes(int64_t offset, int64_t n, void* dst) const;
 
  private:
   SafetensorsFile() = default;

@@ -4,7 +4,9 @@
 // re-slices the saved chunks onto this engine's world size and stage (checkpoint/flat_layout.h).
 // Every phase ends with the ranks agreeing on success, so one rank's failure is an error on all
 // of them, never a rank left waiting.
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "zt/checkpoint/checkpoint_dir.h"
@@ -396,22 +398,12 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       }
       return &open.emplace(r, std::move(f)).first->second;
     };
-    for (int r = comm_->rank(); phase == RestorePhase::kCheck && r < saved_world;
-         r += comm_->world_size()) {
-      const std::string name = ckpt::shard_file_name(r);
-      const std::string file = (fs::path(path) / name).string();
-      ZT_ASSIGN_OR_RETURN(auto* f, shard(r));
-      (void)f;
-      ZT_ASSIGN_OR_RETURN(uint64_t h, ckpt::file_xxh3(file));
-      const std::string want = files.at(name).at("xxh3").get<std::string>();
-      if (ckpt::hash_hex(h) != want) {
-        return invalid_argument("checkpoint file '{}' fails its checksum (xxh3 {} , expected {}): "
-                                "it is damaged; load an earlier tag (--load-tag)",
-                                file, ckpt::hash_hex(h), want);
-      }
-    }
     if (phase == RestorePhase::kCheck) {
-      // The shards this rank reads must be there and whole (their headers parse).
+      // The shards this rank reads or verifies must be there, of their recorded size, with
+      // headers that parse; their checksums are verified as they are read.
+      for (int r = comm_->rank(); r < saved_world; r += comm_->world_size()) {
+        ZT_RETURN_IF_ERROR(shard(r).status());
+      }
       for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
         const auto [begin, end] = zero_->master_extent(u);
         for (const ckpt::SlicePiece& p :
@@ -422,29 +414,94 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       return Status::ok();
     }
 
+    // What this rank reads: every piece of every (unit, tensor) extent it keeps, as a byte range
+    // of a saved shard. What no piece covers (padding, tensors not loaded) is zero.
+    struct Need {
+      int64_t file_begin = 0, bytes = 0;
+      int unit = 0, kind = 0;
+      int64_t dst = 0;  // elements into the unit's master extent
+    };
+    std::map<int, std::vector<Need>> needs;
     const int kinds = load_opt ? 1 + static_cast<int>(state_names.size()) : 1;
-    std::vector<float> buf;
     for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
       const int64_t numel = mine[u]->flat_numel();
       const auto [begin, end] = zero_->master_extent(u);
-      buf.assign(static_cast<size_t>(end - begin), 0.0f);
       for (int k = 0; k <= static_cast<int>(state_names.size()); ++k) {
-        std::fill(buf.begin(), buf.end(), 0.0f);
-        if (k < kinds) {
-          const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);
-          for (const ckpt::SlicePiece& p : ckpt::flat_reslice(numel, saved_world, begin, end)) {
-            ZT_ASSIGN_OR_RETURN(auto* f, shard(p.rank));
-            ZT_ASSIGN_OR_RETURN(const ckpt::TensorEntry* e, f->find(name));
-            const int64_t want = ckpt::flat_chunk(numel, saved_world, p.rank).saved_numel();
-            if (e->dtype != DType::f32 || e->numel != want) {
-              return invalid_argument("'{}': tensor '{}' has {} {} elements, the layout needs {} "
-                                      "f32; the checkpoint is damaged",
-                                      f->path(), name, e->numel, e->dtype_name, want);
-            }
-            ZT_RETURN_IF_ERROR(f->read(name, p.src_offset, p.n, buf.data() + p.dst_offset));
+        zero_->zero_extent(u, k);
+        if (k >= kinds) continue;
+        const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);
+        for (const ckpt::SlicePiece& p : ckpt::flat_reslice(numel, saved_world, begin, end)) {
+          ZT_ASSIGN_OR_RETURN(auto* f, shard(p.rank));
+          ZT_ASSIGN_OR_RETURN(const ckpt::TensorEntry* e, f->find(name));
+          const int64_t want = ckpt::flat_chunk(numel, saved_world, p.rank).saved_numel();
+          if (e->dtype != DType::f32 || e->numel != want) {
+            return invalid_argument("'{}': tensor '{}' has {} {} elements, the layout needs {} "
+                                    "f32; the checkpoint is damaged",
+                                    f->path(), name, e->numel, e->dtype_name, want);
+          }
+          needs[p.rank].push_back({.file_begin = e->begin + p.src_offset * 4,
+                                   .bytes = p.n * 4,
+                                   .unit = u,
+                                   .kind = k,
+                                   .dst = p.dst_offset});
+        }
+      }
+    }
+    // The shards this rank verifies (shard r goes to rank r mod world) are read once, front to
+    // back, hashed as they stream by, and the pieces inside are taken from the stream; pieces of
+    // other shards are read directly. A checksum that fails is found after this rank's state
+    // was partly replaced: the load then fails on every rank, and the engine must not train on.
+    constexpr int64_t kChunk = int64_t{64} << 20;
+    const Tensor chunk = options_.device.is_cuda()
+                             ? Tensor::empty_pinned({kChunk / 4}, DType::f32)
+                             : Tensor::empty({kChunk / 4}, DType::f32, Device::cpu());
+    char* buf = static_cast<char*>(chunk.data());
+    for (int r = 0; r < saved_world; ++r) {
+      auto& list = needs[r];
+      const bool verify = r % comm_->world_size() == comm_->rank();
+      if (list.empty() && !verify) continue;
+      ZT_ASSIGN_OR_RETURN(auto* f, shard(r));
+      std::sort(list.begin(), list.end(),
+                [](const Need& a, const Need& b) { return a.file_begin < b.file_begin; });
+      if (!verify) {
+        for (const Need& n : list) {
+          for (int64_t done = 0; done < n.bytes; done += kChunk) {
+            const int64_t len = std::min(kChunk, n.bytes - done);
+            ZT_RETURN_IF_ERROR(f->read_bytes(n.file_begin + done, len, buf));
+            zero_->write_range(n.unit, n.kind, n.dst + done / 4, reinterpret_cast<float*>(buf),
+                               len / 4);
           }
         }
-        zero_->write_extent(u, k, buf.data());
+        continue;
+      }
+      XXH3_state_t* state = XXH3_createState();
+      XXH3_64bits_reset(state);
+      size_t next = 0;  // the first need not wholly before this chunk
+      Status st;
+      for (int64_t off = 0; off < f->file_bytes() && st.is_ok(); off += kChunk) {
+        const int64_t len = std::min(kChunk, f->file_bytes() - off);
+        st = f->read_bytes(off, len, buf);
+        if (!st.is_ok()) break;
+        XXH3_64bits_update(state, buf, static_cast<size_t>(len));
+        while (next < list.size() && list[next].file_begin + list[next].bytes <= off) ++next;
+        for (size_t i = next; i < list.size() && list[i].file_begin < off + len; ++i) {
+          const Need& n = list[i];
+          const int64_t lo = std::max(off, n.file_begin);
+          const int64_t hi = std::min(off + len, n.file_begin + n.bytes);
+          if (lo >= hi) continue;
+          zero_->write_range(n.unit, n.kind, n.dst + (lo - n.file_begin) / 4,
+                             reinterpret_cast<float*>(buf + (lo - off)), (hi - lo) / 4);
+        }
+      }
+      const uint64_t h = XXH3_64bits_digest(state);
+      XXH3_freeState(state);
+      ZT_RETURN_IF_ERROR(st);
+      const std::string name = ckpt::shard_file_name(r);
+      const std::string want = files.at(name).at("xxh3").get<std::string>();
+      if (ckpt::hash_hex(h) != want) {
+        return invalid_argument("checkpoint file '{}' fails its checksum (xxh3 {}, expected {}): "
+                                "it is damaged; load an earlier tag (--load-tag)",
+                                f->path(), ckpt::hash_hex(h), want);
       }
     }
     if (options.load_module_only) return Status::ok();

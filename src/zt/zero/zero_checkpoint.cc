@@ -34,11 +34,16 @@ void ZeroState::read_saved(int u, int kind, float* dst) {
   options_.stream.synchronize();
 }
 
-void ZeroState::write_extent(int u, int kind, const float* src) {
+void ZeroState::zero_extent(int u, int kind) {
+  kind_tensor(units_[u], kind).zero(options_.stream);
+}
+
+void ZeroState::write_range(int u, int kind, int64_t offset, const float* src, int64_t n) {
   Tensor& t = kind_tensor(units_[u], kind);
-  const auto [begin, end] = master_extent(u);
-  Tensor in = Tensor::from_blob(const_cast<float*>(src), {end - begin}, DType::f32, Device::cpu());
-  t.copy_from(in, options_.stream);
+  Tensor in = Tensor::from_blob(const_cast<float*>(src), {n}, DType::f32, Device::cpu());
+  Tensor dst = t.view(offset, {n});
+  dst.copy_from(in, options_.stream);
+  // The source is reused for the next piece as soon as this returns.
   options_.stream.synchronize();
 }
 

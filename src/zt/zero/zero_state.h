@@ -230,9 +230,11 @@ class ZeroState : public nn::UnitHooks {
   std::pair<int64_t, int64_t> master_extent(int u) const;
   // Copies the saved chunk of tensor `kind` of unit u into host memory (saved_numel floats).
   void read_saved(int u, int kind, float* dst);
-  // Replaces tensor `kind` of unit u over its whole master extent with host values.
-  void write_extent(int u, int kind, const float* src);
-  // After write_extent: the compute copy is made from the master weights again (collective:
+  // Zeroes tensor `kind` of unit u over its master extent.
+  void zero_extent(int u, int kind);
+  // Copies n host values into tensor `kind` of unit u, `offset` elements into its master extent.
+  void write_range(int u, int kind, int64_t offset, const float* src, int64_t n);
+  // After write_range: the compute copy is made from the master weights again (collective:
   // the persistent units' chunks are all-gathered, as after a step).
   Status refresh_params();
 
