@@ -69,6 +69,10 @@ const std::vector<FlagSpec> kFlags = {
      "write checkpoints in the background from a host copy (training stalls only for the copy)"},
     {"--save-on-signal", FlagKind::kSwitch,
      "on SIGTERM or SIGUSR1, finish the step, save a checkpoint and exit 0 (needs --save)"},
+    {"--save-16bit-model", FlagKind::kValue,
+     "at the end, the model's weights in the training precision as DIR/model.safetensors + "
+     "config.json (stage 3: needs stage3_gather_16bit_weights_on_model_save)",
+     "DIR"},
     {"--load", FlagKind::kValue,
      "resume from the checkpoint `latest` names in DIR (none yet: start fresh, with a warning)",
      "DIR"},
@@ -433,6 +437,9 @@ int cmd_train(const Args& args) {
     if (Status s = save(true); !s.is_ok()) return fail(s);
   }
   if (Status s = engine.checkpoint_wait(); !s.is_ok()) return fail(s);
+  if (auto dir16 = a.get("--save-16bit-model")) {
+    if (auto r = engine.save_16bit_model(*dir16); !r) return fail(r.status());
+  }
   if (Status s = metrics.close(); !s.is_ok()) return fail(s);
   if (auto dump = a.get("--dump-params")) {
     auto full = engine.gather_master();

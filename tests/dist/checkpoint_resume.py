@@ -15,6 +15,8 @@
 3. to-fp32 of the 2-rank stage-3 checkpoint, read with this file's own safetensors reader,
    equals bitwise the parameters that run dumped from the engine (another code path), and the
    1-rank stage-0 checkpoint of the same training agrees within 2e-5 of max|p| (as 2.).
+   --save-16bit-model at stage 3 holds the parameters rounded to bf16 (rounded here by hand) with
+   stage3_gather_16bit_weights_on_model_save, and warns and writes nothing without it.
 4. Damage is named: a flipped byte in a shard and a truncated shard each make the load fail
    with the file's name and nothing is written; `inspect --verify` names them too. A --load
    folder without `latest` warns and starts fresh.
@@ -192,6 +194,38 @@ check("to-fp32 of 1 rank stage 0 (sharded at 1MB) agrees with 2 ranks stage 3",
       f"{len(files)} files, worst {worst:.3g} of max {pmax:.3g}")
 check("to-fp32 writes the model's config", json.load(open(os.path.join(out, "config.json")))
       .get("model_type") == "gpt2")
+
+# 3b. The 16-bit model save at the end of a stage-3 run: needs the gather flag (DeepSpeed), and then
+# holds the run's fp32 parameters rounded to bf16 (round to nearest even, done here by hand).
+b16 = os.path.join(TMP, "b16.json")
+json.dump({"train_batch_size": 16, "bf16": {"enabled": True},
+           "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}},
+          open(b16, "w"))
+m16 = os.path.join(TMP, "m16")
+_, _, p16 = train("m16", 2, b16, 2, ["--save-16bit-model", m16])
+raw = open(os.path.join(m16, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+got = {}
+for name, e in hdr.items():
+    if name != "__metadata__":
+        lo, hi = e["data_offsets"]
+        got[name] = array.array("H", raw[8 + n + lo:8 + n + hi])
+def bf16(x):
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+off, bad = 0, 0
+for unit in meta["model"]["units"]:
+    for prm in unit["params"]:
+        vals = got[prm["name"]]
+        for i, v in enumerate(vals):
+            bad += v != bf16(p16[off + prm["offset"] + i])
+    off += unit["numel"]
+check("--save-16bit-model at stage 3 holds the parameters rounded to bf16",
+      hdr[next(iter(got))]["dtype"] == "BF16" and bad == 0, f"{bad} elements differ")
+p, _, _ = train("m16_off", 2, sgd[3], 1, ["--save-16bit-model", m16 + "_off"])
+check("--save-16bit-model at stage 3 without the gather flag: DeepSpeed's warning, nothing written",
+      "Did not save the model" in p.stderr and not os.path.exists(m16 + "_off"), p.stderr[-400:])
 
 # 4. Damage is named, nothing is written; no `latest` starts fresh.
 for kind in ["flip", "truncate"]:

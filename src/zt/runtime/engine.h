@@ -131,6 +131,13 @@ class Engine {
   Status save_checkpoint_async(const std::string& dir, const std::string& tag = "",
                                const nlohmann::json& client_state = nlohmann::json::object(),
                                int keep_last = 0);
+  // DeepSpeed's save_16bit_model: the whole model's weights in the training precision (bf16,
+  // fp16, or fp32 for fp32 training) as DIR/<file> (safetensors, one tensor per parameter) and
+  // DIR/config.json, written by rank 0. Collective (the weights are gathered). At ZeRO stage 3 it
+  // needs zero_optimization.stage3_gather_16bit_weights_on_model_save, as in DeepSpeed: without
+  // it nothing is written, a warning says why, and the result is false.
+  Result<bool> save_16bit_model(const std::string& dir,
+                                const std::string& file = "model.safetensors");
   // Waits for a save in flight on this rank; its error if it failed (ok when none).
   Status checkpoint_wait();
   ~Engine();

@@ -290,6 +290,49 @@ Status Engine::checkpoint_wait() {
   return job->result;
 }
 
+Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string& file) {
+  if (config_.zero.stage == 3 && !config_.zero.stage3_gather_16bit_weights_on_model_save) {
+    if (comm_->rank() == 0) {
+      ZT_LOG_WARN(
+          "Did not save the model {}/{} because `stage3_gather_16bit_weights_on_model_save` is "
+          "False (ZeRO stage 3 keeps the weights sharded; `zt ckpt to-fp32` consolidates a "
+          "checkpoint instead)",
+          dir, file);
+    }
+    return false;
+  }
+  ZT_ASSIGN_OR_RETURN(std::vector<Tensor> full, zero_->gather_master());
+  Status local;
+  if (comm_->rank() == 0) {
+    const DType out = round_dtype_;
+    std::vector<ckpt::TensorToWrite> tensors;
+    for (size_t u = 0; u < full.size(); ++u) {
+      for (nn::Param* p : model_.units()[u]->params()) {
+        const Tensor src = full[u].view(p->offset, {p->numel()});
+        tensors.push_back({.name = p->name,
+                           .dtype = out,
+                           .shape = p->shape.to_vector(),
+                           .data = nullptr,
+                           .produce = [src, out](void* buf) {
+                             Tensor dst = Tensor::from_blob(buf, src.shape(), out, Device::cpu());
+                             dst.copy_from(src);  // f32 -> the training dtype, rounded
+                             return Status::ok();
+                           }});
+      }
+    }
+    auto w = ckpt::safetensors_write((fs::path(dir) / file).string(), tensors,
+                                     {{"format", "pt"}}, "model weights");
+    local = w.status();
+    if (local.is_ok()) {
+      local = file_write_atomic((fs::path(dir) / "config.json").string(),
+                                model_.config_json().dump(2) + "\n", "model config");
+    }
+    if (local.is_ok()) ZT_LOG_INFO("saved the {} model to {}/{}", dtype_name(out), dir, file);
+  }
+  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving the model to '{}'", dir)));
+  return true;
+}
+
 Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
     const std::string& dir, const CheckpointLoadOptions& options) {
   std::string tag = options.tag;
