@@ -1,7 +1,9 @@
 // `zt`: the ZeroTrain command-line tool. One binary, subcommands as DESIGN.md lists them.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -58,15 +60,24 @@ int main(int argc, char** argv) {
   if (args[0] == "--version" || args[0] == "version") return print_version();
   const std::string cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
+  int rc = -1;
   try {
-    if (cmd == "train") return zt::cli::cmd_train(rest);
-    if (cmd == "config") return zt::cli::cmd_config(rest);
-    if (cmd == "data") return zt::cli::cmd_data(rest);
-    if (cmd == "ckpt") return zt::cli::cmd_ckpt(rest);
-    if (cmd == "launch") return zt::launcher::launch_main(rest);
+    if (cmd == "train") rc = zt::cli::cmd_train(rest);
+    if (cmd == "config") rc = zt::cli::cmd_config(rest);
+    if (cmd == "data") rc = zt::cli::cmd_data(rest);
+    if (cmd == "ckpt") rc = zt::cli::cmd_ckpt(rest);
+    if (cmd == "launch") rc = zt::launcher::launch_main(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
     return 1;
+  }
+  if (rc >= 0) {
+    // What a command printed must have reached its destination (`zt config check > /dev/full`).
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      std::fprintf(stderr, "zt: error: writing the standard output: %s\n", std::strerror(errno));
+      return rc == 0 ? 1 : rc;
+    }
+    return rc;
   }
   std::fprintf(stderr, "zt: unknown command '%s'; commands: train, launch, config, data, ckpt (see zt --help)\n",
                cmd.c_str());

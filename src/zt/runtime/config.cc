@@ -3,6 +3,8 @@
 // order in which the blocks are read (config_blocks.cc). Also config_load and config_to_json.
 #include "zt/runtime/config.h"
 
+#include "zt/core/file_io.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -266,14 +268,10 @@ Result<DeepSpeedConfig> config_load(const std::string& path, int world_size) {
         "file",
         path);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return io_error("cannot read DeepSpeed config file \"{}\" (check its permissions)", path);
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error("error while reading DeepSpeed config file \"{}\"", path);
-  return config_parse(ss.str(), path, world_size);
+  // A FIFO or device would block or never end; a real config is kilobytes.
+  ZT_ASSIGN_OR_RETURN(std::string text,
+                      file_read_all(path, "DeepSpeed config file", int64_t{64} << 20));
+  return config_parse(text, path, world_size);
 }
 
 nlohmann::json config_to_json(const DeepSpeedConfig& c) {
