@@ -179,3 +179,55 @@ TEST(TcpStore, PortInUseIsAClearError) {
 
 }  // namespace
 }  // namespace zt
+
+namespace zt {
+namespace {
+
+// A one-machine job (MASTER_ADDR loopback) serves on loopback only, not on every interface.
+TEST(TcpStoreServer, BindsTheJobsAddressNotEveryInterface) {
+  auto srv = TcpStoreServer::start(0, "job", "127.0.0.1");
+  ASSERT_TRUE(srv.is_ok()) << srv.status().message();
+  EXPECT_EQ((*srv)->bound_address(), "127.0.0.1");
+  auto localhost = TcpStoreServer::start(0, "job", "localhost");
+  ASSERT_TRUE(localhost.is_ok()) << localhost.status().message();
+  const std::string& b = (*localhost)->bound_address();
+  EXPECT_TRUE(b == "127.0.0.1" || b == "::1") << b;
+  // A client still reaches it.
+  auto c = TcpStore::connect({.host = "127.0.0.1", .port = (*srv)->port(), .token = "job",
+                              .timeout = std::chrono::seconds(5)});
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  EXPECT_TRUE((*c)->set("k", "v").is_ok());
+}
+
+// A connection that sends half a frame and then nothing is closed by the server (10 s), while a
+// well-behaved client is served meanwhile.
+TEST(TcpStoreServer, StalledPartialFrameIsClosed) {
+  auto srv = TcpStoreServer::start(0, "job", "127.0.0.1");
+  ASSERT_TRUE(srv.is_ok());
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>((*srv)->port()));
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const char half[] = {100, 0, 0, 0, 1, 2};  // announces 100 bytes, sends 2
+  ASSERT_EQ(send(fd, half, sizeof(half), 0), static_cast<ssize_t>(sizeof(half)));
+  auto c = TcpStore::connect({.host = "127.0.0.1", .port = (*srv)->port(), .token = "job",
+                              .timeout = std::chrono::seconds(5)});
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_TRUE((*c)->set("k", "v").is_ok());
+  timeval tv{.tv_sec = 20, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const auto t0 = std::chrono::steady_clock::now();
+  char b;
+  const ssize_t n = recv(fd, &b, 1, 0);  // 0: the server closed it
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close(fd);
+  EXPECT_EQ(n, 0);
+  EXPECT_GT(waited, 5.0);
+  EXPECT_LT(waited, 15.0);
+}
+
+}  // namespace
+}  // namespace zt

@@ -115,7 +115,7 @@ TcpStore::~TcpStore() {
 Result<std::unique_ptr<TcpStore>> TcpStore::connect(const TcpStoreOptions& options) {
   std::unique_ptr<TcpStore> store(new TcpStore(options));
   if (options.role == StoreRole::kServerAndClient) {
-    ZT_ASSIGN_OR_RETURN(store->server_, TcpStoreServer::start(options.port, options.token));
+    ZT_ASSIGN_OR_RETURN(store->server_, TcpStoreServer::start(options.port, options.token, options.host));
     store->options_.port = store->server_->port();
     store->options_.host = "127.0.0.1";  // the server is this process; skip name resolution
   }

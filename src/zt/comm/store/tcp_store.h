@@ -82,7 +82,14 @@ class TcpStore {
 // The server alone (TcpStore owns one for kServerAndClient). Binds every interface on `port`.
 class TcpStoreServer {
  public:
-  static Result<std::unique_ptr<TcpStoreServer>> start(int port, std::string token);
+  // Serves on `port` of the address the job's ranks reach it at (`host`, MASTER_ADDR): loopback
+  // for a one-machine job, else that address; every interface only when it is not one of this
+  // machine's. The job token is compared in constant time; a connection that stalls mid-frame
+  // is closed after 10 s; one peer address holds at most 1024 connections.
+  static Result<std::unique_ptr<TcpStoreServer>> start(int port, std::string token,
+                                                       const std::string& host = "127.0.0.1");
+  // The address bound: "127.0.0.1", "10.0.0.5", or "*" for every interface.
+  const std::string& bound_address() const { return bound_; }
   ~TcpStoreServer();  // stops the thread and closes every connection
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -91,6 +98,7 @@ class TcpStoreServer {
  private:
   struct State;
   TcpStoreServer() = default;
+  std::string bound_;
   void run();
 
   int port_ = 0;
