@@ -21,6 +21,7 @@
 #include "zt/comm/env.h"
 #include "zt/core/log.h"
 #include "zt/data/batch_sampler.h"
+#include "zt/launcher/heartbeat.h"
 #include "zt/data/byte_tokenizer.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
@@ -396,6 +397,7 @@ int cmd_train(const Args& args) {
     if (first_loss < 0) first_loss = st.loss;
     last_loss = st.loss;
     bar.update(st.step, st.loss, st.lr, tps, st.skipped);
+    launcher::heartbeat_set_step(st.step);
     nlohmann::json r = {{"step", st.step},
                         {"loss", st.loss},
                         {"lr", st.lr},

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "zt/launcher/heartbeat.h"
 #include "zt/build_config.h"
 #include "zt/core/device.h"
 #include "zt/launcher/launch.h"
@@ -62,7 +63,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   int rc = -1;
   try {
-    if (cmd == "train") rc = zt::cli::cmd_train(rest);
+    if (cmd == "train") {
+      zt::launcher::heartbeat_start_from_env();  // a rank of `zt launch`: it beats
+      rc = zt::cli::cmd_train(rest);
+    }
     if (cmd == "config") rc = zt::cli::cmd_config(rest);
     if (cmd == "data") rc = zt::cli::cmd_data(rest);
     if (cmd == "ckpt") rc = zt::cli::cmd_ckpt(rest);

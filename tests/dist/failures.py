@@ -11,7 +11,9 @@ c) a rank is frozen (SIGSTOP) mid-training: the other rank fails within ZT_COMM_
    with an error naming the collective and the timeout; the launcher then stops the frozen rank
    and exits non-zero;
 d) an impossible batch triad for the world size (10 != 3 * 1 * 2): every rank prints DeepSpeed's
-   "Check batch related parameters" message, the launcher exits non-zero within 20 s.
+   "Check batch related parameters" message, the launcher exits non-zero within 20 s;
+e) a rank is frozen (SIGSTOP) with ZT_HEARTBEAT_TIMEOUT_S=3: the launcher stops the job with 124
+   before the collective timeout, naming the rank, its host and its last step.
 
 Oracle: the documented behaviour (docs/launcher.md "When something fails", docs/comm.md "When a
 peer dies or hangs", DeepSpeed's batch assertion in docs/config.md). Every process a case starts
@@ -318,6 +320,37 @@ def case_rank_frozen():
         job.cleanup()
 
 
+def case_rank_silent():
+    """e) SIGSTOP rank 1 of 2 with ZT_HEARTBEAT_TIMEOUT_S=3 (the collective timeout is 10 s): the
+    launcher sees the silent rank first and stops the job with 124, naming it and its step."""
+    cfg = write_config("silent", dict(GOOD, train_batch_size=4))
+    job, metrics = launch("silent", 2, cfg, extra_env={"ZT_HEARTBEAT_TIMEOUT_S": "3"})
+    try:
+        trained = wait_training(job, metrics)
+        check("e: 2 ranks start training", trained, job.output()[-2000:])
+        if not trained:
+            return
+        pids = rank_pids(job, 2)
+        if 1 not in pids:
+            check("e: rank 1 found", False, f"found {pids}")
+            return
+        time.sleep(2)  # a heartbeat (one a second) that carries a step
+        os.kill(pids[1], signal.SIGSTOP)
+        t0 = time.monotonic()
+        rc = job.wait(COMM_TIMEOUT_S + 20)
+        took = time.monotonic() - t0
+        out = job.output()
+        check("e: zt launch exits 124 before the collective timeout", rc == 124 and
+              took < COMM_TIMEOUT_S, f"exit code {rc} after {took:.1f} s")
+        line = next((l for l in out.splitlines() if l.startswith("zt launch:")), "")
+        check("e: the launcher names the silent rank, its host and last step",
+              re.search(rf"rank 1 \(pid {pids[1]}\) on \S+ sent no heartbeat for \d+ s, its last "
+                        r"step \d+", line) is not None, f"line {line!r}")
+        check("e: nothing left alive", not job.survivors_after(5), "ranks still alive")
+    finally:
+        job.cleanup()
+
+
 def case_bad_batch():
     """d) train_batch_size 10, micro batch 3, world 2: 10 != 3 * 1 * 2."""
     cfg = write_config("badbatch", {"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3,
@@ -361,7 +394,8 @@ def main():
     start = time.monotonic()
     try:
         for case in (case_bad_batch, lambda: case_rank_never_arrives(0),
-                     lambda: case_rank_never_arrives(1), case_rank_killed, case_rank_frozen):
+                     lambda: case_rank_never_arrives(1), case_rank_killed, case_rank_frozen,
+                     case_rank_silent):
             try:
                 case()
             except Exception as e:  # a broken case is a failed check; the others still run

@@ -29,6 +29,9 @@ namespace fs = std::filesystem;
 
 constexpr const char* kGraceEnv = "ZT_LAUNCH_GRACE_S";
 constexpr double kDefaultGraceSeconds = 30.0;  // DeepSpeed's terminate_process_tree timeout
+// A rank that sends no heartbeat for this long (SIGSTOP, frozen) stops the job.
+constexpr const char* kHeartbeatEnv = "ZT_HEARTBEAT_TIMEOUT_S";
+constexpr double kDefaultHeartbeatSeconds = 60.0;
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 
 Result<ProcessGroupOptions> group_options_from_env() {
@@ -46,6 +49,20 @@ Result<ProcessGroupOptions> group_options_from_env() {
     }
   }
   options.grace = std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
+  double beat = kDefaultHeartbeatSeconds;
+  if (const char* v = std::getenv(kHeartbeatEnv); v != nullptr && v[0] != '\0') {
+    std::string_view text(v);
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), beat);
+    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(beat) ||
+        beat < 0 || beat > 86400) {
+      return invalid_argument(
+          "{}='{}' is not a number of seconds in [0, 86400] (how long a rank may send no "
+          "heartbeat before the job is stopped; 0 turns the check off)",
+          kHeartbeatEnv, text);
+    }
+  }
+  options.heartbeat_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(std::llround(beat * 1000)));
   return options;
 }
 

@@ -156,7 +156,8 @@ ProcessGroup::ProcessGroup(std::vector<ProcessSpec> specs, ProcessGroupOptions o
       options_(options),
       pids_(specs_.size(), -1),
       running_(specs_.size(), 0),
-      group_gone_(specs_.size(), 0) {}
+      group_gone_(specs_.size(), 0),
+      heartbeats_(specs_.size()) {}
 
 Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(std::vector<ProcessSpec> specs,
                                                           ProcessGroupOptions options) {
@@ -205,12 +206,22 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(std::vector<ProcessSpe
 
 Status ProcessGroup::spawn(size_t index, int stdin_fd) {
   const ProcessSpec& spec = specs_[index];
+  // The heartbeat pipe: the child writes, the launcher reads (non-blocking).
+  int beat[2] = {-1, -1};
+  std::vector<std::string> env = spec.env;
+  if (options_.heartbeat_timeout.count() > 0) {
+    if (pipe2(beat, O_CLOEXEC) != 0) {
+      return io_error("cannot start {}: pipe2: {}", spec.label, std::strerror(errno));
+    }
+    fcntl(beat[0], F_SETFL, O_NONBLOCK);
+    env_set(env, "ZT_HEARTBEAT_FD", std::to_string(beat[1]));
+  }
   // Everything the child needs is built here, before fork.
   std::vector<char*> argv;
   for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<char*> envp;
-  for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
@@ -259,11 +270,15 @@ Status ProcessGroup::spawn(size_t index, int stdin_fd) {
     if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)) {
       child_fail(report[1], 2);
     }
+    if (beat[1] >= 0) fcntl(beat[1], F_SETFD, 0);  // the program keeps the write end
     execve(spec.exec_path.c_str(), argv.data(), envp.data());
     child_fail(report[1], 3);
   }
   int fork_errno = errno;
   close(report[1]);
+  if (beat[1] >= 0) close(beat[1]);
+  heartbeats_[index] = Heartbeat{.fd = beat[0], .seen = false, .step = -1,
+                                 .last = std::chrono::steady_clock::now()};
   if (log_fd >= 0) close(log_fd);
   if (pid < 0) {
     close(report[0]);
@@ -353,6 +368,21 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       }
     }
     if (!stopping && result.end == GroupEnd::kProcessFailed) stop_begin();
+    if (!stopping && options_.heartbeat_timeout.count() > 0) {
+      if (const int quiet = heartbeats_poll(); quiet >= 0) {
+        const Heartbeat& h = heartbeats_[static_cast<size_t>(quiet)];
+        result.end = GroupEnd::kSilent;
+        result.silent = SilentProcess{
+            .index = quiet,
+            .pid = pids_[static_cast<size_t>(quiet)],
+            .silent_s = std::chrono::duration<double>(Clock::now() - h.last).count(),
+            .last_step = h.step};
+        // A stopped process acts on nothing but SIGKILL; the others get the usual stop.
+        kill(-pids_[static_cast<size_t>(quiet)], SIGKILL);
+        kill(pids_[static_cast<size_t>(quiet)], SIGKILL);
+        stop_begin();
+      }
+    }
     if (!stopping && g_forward_pending.exchange(0) != 0) groups_signal(SIGUSR1);
     int sig = g_first_signal.load();
     if (!stopping && sig != 0) {
@@ -396,6 +426,9 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
     case GroupEnd::kProcessFailed:
       result.exit_code = result.failure.shell_code();
       break;
+    case GroupEnd::kSilent:
+      result.exit_code = kSilentExitCode;
+      break;
     case GroupEnd::kInterrupted:
       // Every rank ended cleanly on the signal (ranks that save on SIGTERM and exit 0): the job
       // finished as asked.
@@ -403,6 +436,36 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       break;
   }
   return result;
+}
+
+int ProcessGroup::heartbeats_poll() {
+  const auto now = std::chrono::steady_clock::now();
+  int quiet = -1;
+  for (size_t i = 0; i < heartbeats_.size(); ++i) {
+    Heartbeat& h = heartbeats_[i];
+    if (h.fd < 0) continue;
+    int64_t steps[64];
+    while (true) {
+      const ssize_t n = read(h.fd, steps, sizeof(steps));
+      if (n >= static_cast<ssize_t>(sizeof(int64_t))) {
+        h.seen = true;
+        h.last = now;
+        h.step = steps[n / static_cast<ssize_t>(sizeof(int64_t)) - 1];
+        continue;
+      }
+      if (n == 0) {  // the program closed it (exited): its exit is what counts now
+        close(h.fd);
+        h.fd = -1;
+      }
+      break;
+    }
+    // Only a process that has beaten is held to it (a program that is not ZeroTrain never does).
+    if (quiet < 0 && h.fd >= 0 && h.seen && running_[i] &&
+        now - h.last > options_.heartbeat_timeout) {
+      quiet = static_cast<int>(i);
+    }
+  }
+  return quiet;
 }
 
 void ProcessGroup::handlers_restore() {
@@ -422,6 +485,9 @@ GroupResult ProcessGroup::wait() {
 
 ProcessGroup::~ProcessGroup() {
   if (!finished_) supervise(LoopStart::kStopNow);
+  for (Heartbeat& h : heartbeats_) {
+    if (h.fd >= 0) close(h.fd);
+  }
 }
 
 Result<std::string> executable_resolve(std::string_view program, std::string_view path_env) {

@@ -41,6 +41,10 @@ struct ProcessSpec {
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds grace{30000};  // between SIGTERM and SIGKILL
+  // Heartbeats (launcher/heartbeat.h): each process gets a pipe whose write end it finds in
+  // ZT_HEARTBEAT_FD; one that has beaten once and then stays silent this long (stopped, frozen)
+  // stops the group. 0: no pipes, no check.
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
 
 struct ProcessExit {
@@ -59,6 +63,17 @@ enum class GroupEnd : unsigned char {
   kAllSucceeded,   // every process exited with 0
   kProcessFailed,  // one failed (non-zero exit or a signal); the others were stopped
   kInterrupted,    // the launcher got SIGINT/SIGTERM/SIGHUP; all were stopped
+  kSilent,         // one stopped sending heartbeats; it was killed, the others stopped
+};
+
+// The exit code of a job stopped for a silent process (as timeout(1) reports a timeout).
+constexpr int kSilentExitCode = 124;
+
+struct SilentProcess {
+  int index = -1;
+  pid_t pid = -1;
+  double silent_s = 0;      // since its last heartbeat
+  int64_t last_step = -1;   // what its last heartbeat said (-1: none yet)
 };
 
 struct GroupResult {
@@ -67,6 +82,7 @@ struct GroupResult {
   int launcher_signal = 0;  // kInterrupted: the signal the launcher received
   int stopped = 0;          // processes still running when the stop began
   int failed = 0;           // processes that exited non-zero or by a signal
+  SilentProcess silent;     // kSilent
   int exit_code = 0;        // what the launcher exits with: 0, failure.shell_code(), 128+signal
 };
 
@@ -92,12 +108,21 @@ class ProcessGroup {
   GroupResult supervise(LoopStart start);
   void groups_signal(int sig);
   void handlers_restore();
+  // Reads the heartbeats that arrived; the index of a process silent past the timeout, or -1.
+  int heartbeats_poll();
 
   std::vector<ProcessSpec> specs_;
   ProcessGroupOptions options_;
   std::vector<pid_t> pids_;
   std::vector<char> running_;     // per spec: 1 while not yet reaped
   std::vector<char> group_gone_;  // per spec: 1 once its process group is known to be empty
+  struct Heartbeat {
+    int fd = -1;  // read end
+    bool seen = false;
+    int64_t step = -1;
+    std::chrono::steady_clock::time_point last;
+  };
+  std::vector<Heartbeat> heartbeats_;
   bool finished_ = false;
 };
 

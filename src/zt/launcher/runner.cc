@@ -1,6 +1,8 @@
 // The local runner and the runner registry (see runner.h).
 #include "zt/launcher/runner.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -43,6 +45,19 @@ class LocalRunner final : public Runner {
           "zt launch: {} (pid {}) {}{}; stopped the other {} running rank(s); exiting with {}",
           failed.label, result.failure.pid, result.failure.describe(), log, result.stopped,
           result.exit_code);
+    } else if (result.end == GroupEnd::kSilent) {
+      const ProcessSpec& quiet = specs[static_cast<size_t>(result.silent.index)];
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      outcome.message = fmt::format(
+          "zt launch: {} (pid {}) on {} sent no heartbeat for {:.0f} s{} (stopped with SIGSTOP, "
+          "frozen, or starved: ZT_HEARTBEAT_TIMEOUT_S sets the limit); killed it and stopped the "
+          "other {} running rank(s); exiting with {}",
+          quiet.label, result.silent.pid, host, result.silent.silent_s,
+          result.silent.last_step >= 0
+              ? fmt::format(", its last step {}", result.silent.last_step)
+              : std::string(", before its first step"),
+          result.stopped > 0 ? result.stopped - 1 : 0, result.exit_code);
     } else if (result.end == GroupEnd::kInterrupted) {
       const char* abbrev = sigabbrev_np(result.launcher_signal);
       outcome.message = fmt::format(
