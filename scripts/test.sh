@@ -10,7 +10,7 @@ ctest --test-dir build --output-on-failure -j "$(nproc)"
 if [ "${ZT_SKIP_SANITIZE:-0}" != "1" ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DZT_CUDA=OFF -DZT_SANITIZE=ON \
     -DZT_BUILD_BENCH=OFF >/dev/null
-  cmake --build build-asan -j "$(nproc)" --target zt_unit_tests zt_ops_tests
+  cmake --build build-asan -j "$(nproc)" --target zt_unit_tests zt_ops_tests zt_fuzz_driver
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -L 'unit|ops'
 fi

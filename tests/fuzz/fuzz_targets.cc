@@ -1,0 +1,114 @@
+#include "fuzz_targets.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "zt/checkpoint/checkpoint_dir.h"
+#include "zt/checkpoint/safetensors.h"
+#include "zt/data/token_file.h"
+#include "zt/launcher/hostfile.h"
+#include "zt/runtime/config.h"
+
+namespace zt::fuzz {
+namespace {
+
+std::string_view text(const uint8_t* d, size_t n) {
+  return {reinterpret_cast<const char*>(d), n};
+}
+
+// Readers that take a path get the bytes in a file of this process's own.
+std::string scratch(const std::string& name) {
+  static const std::string dir = [] {
+    std::string d = std::filesystem::temp_directory_path() / ("zt_fuzz_" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir + "/" + name;
+}
+
+void put(const std::string& path, const uint8_t* d, size_t n) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(d), static_cast<std::streamsize>(n));
+}
+
+void config(const uint8_t* d, size_t n) {
+  for (int world : {1, 3}) (void)config_parse(text(d, n), "fuzz.json", world);
+}
+
+void hostfile(const uint8_t* d, size_t n) {
+  (void)launcher::hostfile_parse(text(d, n), "fuzz_hostfile");
+}
+
+void token_file(const uint8_t* d, size_t n) {
+  const std::string p = scratch("tokens.bin");
+  put(p, d, n);
+  auto f = TokenFile::open(p);
+  if (f.is_ok() && f->num_tokens() > 0) {
+    (void)f->token(0);
+    (void)f->token(f->num_tokens() - 1);
+  }
+}
+
+void safetensors(const uint8_t* d, size_t n) {
+  const std::string p = scratch("t.safetensors");
+  put(p, d, n);
+  auto f = ckpt::SafetensorsFile::open(p);
+  if (!f.is_ok()) return;
+  std::vector<char> buf;
+  for (const auto& [name, e] : f->tensors()) {
+    const int64_t count = std::min<int64_t>(e.numel, 1024);
+    buf.resize(static_cast<size_t>(count) * 8 + 8);
+    (void)f->read(name, 0, count, buf.data());
+  }
+}
+
+void checkpoint_metadata(const uint8_t* d, size_t n) {
+  const std::string dir = scratch("ckpt");
+  std::filesystem::create_directories(dir);
+  put(dir + "/" + ckpt::kModelStatesFile, d, n);
+  auto m = ckpt::metadata_read(dir);
+  if (m.is_ok()) (void)ckpt::checkpoint_verify(dir, *m);
+  put(dir + "/" + ckpt::kLatestFile, d, std::min<size_t>(n, 64));
+  (void)ckpt::latest_read(dir);
+}
+
+}  // namespace
+
+const std::vector<Target>& targets() {
+  static const std::vector<Target> t = {
+      {"config", config,
+       {R"({"train_batch_size": 8, "gradient_accumulation_steps": 2, "fp16": {"enabled": true, "loss_scale": 0},
+            "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95]}},
+            "scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 100}},
+            "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, "reduce_bucket_size": "auto"}})",
+        R"({"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": "auto"}, /* c */ "gradient_clipping": 1.0,})"}},
+      {"hostfile", hostfile, {"worker-1 slots=4\nworker-2 slots=4\n# comment\n\n", "localhost slots=8"}},
+      {"token_file", token_file,
+       {std::string("\xc6\xd7\x33\x01\x01\x00\x00\x00\x04\x00\x00\x00", 12) + std::string(1012, '\0') +
+            std::string("\x01\x00\x02\x00\x03\x00\x04\x00", 8),
+        std::string("\x01\x00\x02\x00\x03\x00", 6)}},
+      {"safetensors", safetensors,
+       {std::string("\x40\x00\x00\x00\x00\x00\x00\x00", 8) +
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}         )" +
+            std::string(8, '\x01')}},
+      {"checkpoint_metadata", checkpoint_metadata,
+       {R"({"format": "zerotrain-checkpoint", "version": 1, "global_steps": 3,
+            "files": {"zero_pp_rank_0_mp_rank_00_optim_states.safetensors": {"bytes": 10, "xxh3": "00"}}})"}},
+  };
+  return t;
+}
+
+}  // namespace zt::fuzz
+
+#ifdef ZT_LIBFUZZER
+// libFuzzer: one binary per target, chosen at build time (scripts/fuzz.sh).
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  for (const auto& t : zt::fuzz::targets()) {
+    if (std::string_view(t.name) == ZT_LIBFUZZER) t.run(data, size);
+  }
+  return 0;
+}
+#endif
