@@ -198,7 +198,16 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
        {"rank", std::to_string(rank)},
        {"dp_world_size", std::to_string(world)}},
       "checkpoint shard");
-  ZT_RETURN_IF_ERROR(agree(*zero_, written.status(), fmt::format("saving checkpoint '{}'", dir)));
+  // A failed save (a full disk) gives its space back: rank 0 removes the unfinished folder.
+  auto drop_partial = [&](Status s) {
+    if (!s.is_ok() && rank == 0) {
+      std::error_code ec;
+      fs::remove_all(ckpt::partial_path(dir, tag), ec);
+    }
+    return s;
+  };
+  ZT_RETURN_IF_ERROR(drop_partial(
+      agree(*zero_, written.status(), fmt::format("saving checkpoint '{}'", dir))));
 
   // Sizes and checksums of every rank's shard, for the metadata rank 0 writes.
   std::vector<double> files(5 * static_cast<size_t>(world), 0.0);
@@ -215,7 +224,8 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
     }
     local = ckpt::checkpoint_finish(dir, tag, checkpoint_metadata(tag, client_state), f, 0);
   }
-  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir)));
+  ZT_RETURN_IF_ERROR(
+      drop_partial(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir))));
   if (rank == 0) {
     ZT_LOG_INFO("saved checkpoint {} (step {}, {} rank(s), {:.1f} MiB per rank)",
                 ckpt::tag_path(dir, tag), global_steps_, world, written->bytes / 1048576.0);
@@ -267,6 +277,10 @@ Status Engine::save_checkpoint_async(const std::string& dir, const std::string& 
       auto files = ckpt::shard_notes_wait(dir, tag, world, timeout_s);
       s = files.status();
       if (s.is_ok()) s = ckpt::checkpoint_finish(dir, tag, std::move(meta), *files, keep_last);
+      if (!s.is_ok()) {
+        std::error_code ec;
+        fs::remove_all(ckpt::partial_path(dir, tag), ec);
+      }
     }
     p->result = s;
   });
