@@ -248,6 +248,7 @@ int cmd_train(const Args& args) {
   auto file = TokenFile::open(data_path);
   if (!file) return fail(file.status());
   auto shared_file = std::make_shared<const TokenFile>(std::move(file).value());
+  data_fault_handler_install(data_path);
   SampleOrder order = SampleOrder::kRandom;
   if (auto o = a.get("--order")) {
     if (*o == "sequential") {

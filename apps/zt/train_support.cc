@@ -1,8 +1,11 @@
 #include "train_support.h"
 
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "zt/core/log.h"
 
@@ -41,6 +44,31 @@ Status MetricsWriter::handle(Status s) {
   }
   ZT_LOG_WARN("{}; metrics are no longer written (--on-write-error warn)", s.message());
   return Status::ok();
+}
+
+namespace {
+char g_data_fault_message[1024];
+size_t g_data_fault_length = 0;
+
+void on_data_fault(int /*sig*/) {
+  ssize_t n = write(STDERR_FILENO, g_data_fault_message, g_data_fault_length);
+  (void)n;
+  _exit(1);
+}
+}  // namespace
+
+void data_fault_handler_install(const std::string& data_path) {
+  const std::string msg = fmt::format(
+      "zt: error: reading token file '{}' failed (SIGBUS): the file was truncated or replaced "
+      "while training read it, or its disk failed; restore it and resume from the last "
+      "checkpoint\n",
+      data_path);
+  g_data_fault_length = std::min(msg.size(), sizeof(g_data_fault_message));
+  std::memcpy(g_data_fault_message, msg.data(), g_data_fault_length);
+  struct sigaction action {};
+  action.sa_handler = on_data_fault;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGBUS, &action, nullptr);
 }
 
 namespace {

@@ -32,6 +32,10 @@ class MetricsWriter {
   std::optional<OutputFile> file_;
 };
 
+// Token files are memory-mapped: one truncated or replaced under a running job raises SIGBUS on
+// the next read. This turns that into one line naming the file and exit code 1 (not a core dump).
+void data_fault_handler_install(const std::string& data_path);
+
 // --save-on-signal: SIGTERM and SIGUSR1 set a flag instead of ending the process.
 void signal_save_install();
 // Whether any rank got such a signal (collective: every rank calls it once per step, so all

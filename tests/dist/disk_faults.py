@@ -6,6 +6,8 @@
    save's unfinished folder is gone (its space given back).
 2. A read-only folder (the tmpfs remounted read-only): saving fails naming the folder; loading
    from it works.
+3. A data read error: the memory-mapped token file truncated under a running job (SIGBUS on the
+   next read) ends it with one line naming the file and exit code 1.
 Without the privilege to mount (not root), the same full-disk check runs through RLIMIT_FSIZE
 (a file larger than the limit fails with EFBIG, "File too large"), and 2. is skipped.
 
@@ -85,6 +87,26 @@ try:
               "loaded checkpoint" in p.stderr, p.stderr[-600:])
     else:
         print("skip: read-only folder (mounting needs root)")
+    # 3. A data read error: the memory-mapped token file is truncated under the running job.
+    text = os.path.join(TMP, "big.txt")
+    open(text, "w").write("some text to train on. " * 40000)
+    data = os.path.join(TMP, "big.bin")
+    subprocess.run([ZT, "data", "prepare", text, "-o", data], env=ENV, check=True,
+                   capture_output=True)
+    job = subprocess.Popen([ZT, "train", "--config", CFG, "--device", "cpu", "--steps", "1000000",
+                            "--seq-len", "32", "--sample-tokens", "0", "--data", data],
+                           env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    import time
+    time.sleep(3)
+    os.truncate(data, 2000)
+    try:
+        _, err = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        _, err = job.communicate()
+    check("a token file truncated while training: one line naming it, exit 1",
+          job.returncode == 1 and "reading token file" in err and data in err and
+          "core dumped" not in err, f"rc {job.returncode}: {err[-400:]}")
 finally:
     if mounted:
         subprocess.run(["umount", mnt])
