@@ -20,8 +20,7 @@ for t in "${targets[@]}"; do
   log="fuzz_out/$t.log"
   ASAN_OPTIONS=detect_leaks=0 build-fuzz/tests/zt_fuzz_$t -max_total_time="$seconds" \
     -max_len=65536 -rss_limit_mb=4096 -artifact_prefix="fuzz_out/$t/" "fuzz_out/$t" >"$log" 2>&1 || true
-  execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+' | tail -1)
-  [ -n "$execs" ] || execs=$(grep -oE '#[0-9]+' "$log" | tail -1 | tr -d '#')
-  crashes=$(find "fuzz_out/$t" -maxdepth 1 -name 'crash-*' -o -maxdepth 1 -name 'leak-*' -o -maxdepth 1 -name 'timeout-*' | wc -l)
+  execs=$(grep -oE 'Done [0-9]+ runs' "$log" | grep -oE '[0-9]+' | tail -1 || true)
+  crashes=$(find "fuzz_out/$t" -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | wc -l)
   printf '%-20s %12s executions  %s crashes\n' "$t" "${execs:-?}" "$crashes"
 done

@@ -174,27 +174,21 @@ Status OutputFile::fail(Status s) {
 }
 
 Status OutputFile::write(const void* data, size_t n) {
-  if (fd_ < 0) return io_error("writing {} '{}': the file was already closed", what_, path_);
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return fail(io_error("writing {} '{}': {}", what_, path_, errno_text()));
-    }
-    if (w == 0) return fail(io_error("writing {} '{}': the device took no bytes", what_, path_));
-    p += w;
-    n -= static_cast<size_t>(w);
-    bytes_ += w;
-  }
-  return Status::ok();
+  return write_loop(data, n, -1);
 }
 
 Status OutputFile::write_at(const void* data, size_t n, int64_t offset) {
+  return write_loop(data, n, offset);
+}
+
+// Writes all n bytes, at the file position (offset < 0) or at `offset`, resuming after partial
+// writes and EINTR.
+Status OutputFile::write_loop(const void* data, size_t n, int64_t offset) {
   if (fd_ < 0) return io_error("writing {} '{}': the file was already closed", what_, path_);
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
-    const ssize_t w = ::pwrite(fd_, p, std::min<size_t>(n, size_t{1} << 30), offset);
+    const size_t chunk = std::min<size_t>(n, size_t{1} << 30);
+    const ssize_t w = offset < 0 ? ::write(fd_, p, chunk) : ::pwrite(fd_, p, chunk, offset);
     if (w < 0) {
       if (errno == EINTR) continue;
       return fail(io_error("writing {} '{}': {}", what_, path_, errno_text()));
@@ -202,7 +196,11 @@ Status OutputFile::write_at(const void* data, size_t n, int64_t offset) {
     if (w == 0) return fail(io_error("writing {} '{}': the device took no bytes", what_, path_));
     p += w;
     n -= static_cast<size_t>(w);
-    offset += w;
+    if (offset < 0) {
+      bytes_ += w;
+    } else {
+      offset += w;
+    }
   }
   return Status::ok();
 }

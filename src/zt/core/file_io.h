@@ -76,6 +76,7 @@ class OutputFile {
 
  private:
   Status fail(Status s);  // abandons, then returns s
+  Status write_loop(const void* data, size_t n, int64_t offset);
 
   std::string path_, target_, temp_;
   std::string what_;

@@ -34,35 +34,31 @@ constexpr const char* kHeartbeatEnv = "ZT_HEARTBEAT_TIMEOUT_S";
 constexpr double kDefaultHeartbeatSeconds = 60.0;
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
 
-Result<ProcessGroupOptions> group_options_from_env() {
-  ProcessGroupOptions options;
-  double seconds = kDefaultGraceSeconds;
-  if (const char* v = std::getenv(kGraceEnv); v != nullptr && v[0] != '\0') {
+// A number of seconds in [0, 86400] from the environment variable `name`, else `fallback`.
+Result<std::chrono::milliseconds> seconds_from_env(const char* name, double fallback,
+                                                   std::string_view meaning) {
+  double seconds = fallback;
+  if (const char* v = std::getenv(name); v != nullptr && v[0] != '\0') {
     std::string_view text(v);
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
     if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(seconds) ||
         seconds < 0 || seconds > 86400) {
-      return invalid_argument(
-          "{}='{}' is not a number of seconds in [0, 86400] (the wait "
-          "between SIGTERM and SIGKILL when stopping ranks)",
-          kGraceEnv, text);
+      return invalid_argument("{}='{}' is not a number of seconds in [0, 86400] ({})", name,
+                              text, meaning);
     }
   }
-  options.grace = std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
-  double beat = kDefaultHeartbeatSeconds;
-  if (const char* v = std::getenv(kHeartbeatEnv); v != nullptr && v[0] != '\0') {
-    std::string_view text(v);
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), beat);
-    if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(beat) ||
-        beat < 0 || beat > 86400) {
-      return invalid_argument(
-          "{}='{}' is not a number of seconds in [0, 86400] (how long a rank may send no "
-          "heartbeat before the job is stopped; 0 turns the check off)",
-          kHeartbeatEnv, text);
-    }
-  }
-  options.heartbeat_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(std::llround(beat * 1000)));
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
+}
+
+Result<ProcessGroupOptions> group_options_from_env() {
+  ProcessGroupOptions options;
+  ZT_ASSIGN_OR_RETURN(options.grace,
+                      seconds_from_env(kGraceEnv, kDefaultGraceSeconds,
+                                       "the wait between SIGTERM and SIGKILL when stopping ranks"));
+  ZT_ASSIGN_OR_RETURN(options.heartbeat_timeout,
+                      seconds_from_env(kHeartbeatEnv, kDefaultHeartbeatSeconds,
+                                       "how long a rank may send no heartbeat before the job is "
+                                       "stopped; 0 turns the check off"));
   return options;
 }
 
