@@ -74,6 +74,12 @@ out=$("$zt" config check "$tmp/huge.json" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "train_batch_size" <<<"$out" && ok "a config integer beyond int64 refused" ||
   bad "config integer beyond int64: $out"
 
+# A number beyond any JSON number type (found by the fuzzer: it used to abort the reader).
+printf '{"train_batch_size": 1E400}' >"$tmp/overflow.json"
+out=$("$zt" config check "$tmp/overflow.json" 2>&1); rc=$?
+[ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "number overflow" <<<"$out" && ok "1E400 in a config: one line" ||
+  bad "1E400: rc $rc: $out"
+
 # 100,000 levels of nesting: one line, no crash.
 python3 -c "print('{\"a\":' * 100000 + '1' + '}' * 100000)" >"$tmp/deep.json"
 out=$("$zt" config check "$tmp/deep.json" 2>&1); rc=$?

@@ -14,7 +14,7 @@
 namespace {
 
 const char* const kFragments[] = {
-    "{", "}", "[", "]", "\"", ":", ",", "null", "true", "-", "1e308", "99999999999999999999",
+    "{", "}", "[", "]", "\"", ":", ",", "null", "true", "-", "1e308", "7E667", "99999999999999999999",
     "-9223372036854775809", "\"auto\"", "NaN", "\\u0000", "\xff\xfe", "slots=", " slots=-1",
     "{\"a\":", "\"dtype\":\"F32\"", "\"shape\":[", "\"data_offsets\":[", "\"__metadata__\":",
     "\xff\xff\xff\xff\xff\xff\xff\x7f", "\x00\x00\x00\x00"};

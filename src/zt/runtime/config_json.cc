@@ -138,6 +138,11 @@ Result<Json> json_text_parse(std::string_view text, std::string_view source) {
     std::string detail = p == std::string::npos ? what : what.substr(p + 2);
     return invalid_argument("{}:{}:{}: invalid JSON at line {}, column {}: {}", source, line, col,
                             line, col, detail);
+  } catch (const Json::exception& e) {
+    // A number too large for any JSON number type ("7E667"): nlohmann reports it as out_of_range.
+    std::string what = e.what();
+    if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+    return invalid_argument("{}: invalid JSON: {}", source, what);
   }
   if (!duplicates.empty()) {
     return invalid_argument("{}: Duplicate keys in DeepSpeed config: {}", source,
