@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Chaos during training with checkpoints on: N trials (default 30; the docs record a 100-trial
+"""Chaos during training with checkpoints on: N trials (default 12; the docs record a 100-trial
 run), each a job of 2-4 CPU ranks at a random ZeRO stage saving every step, hit at a random
 moment by one fault:
   kill  SIGKILL to a random rank   -> the launcher exits 137 naming that rank, within 15 s
@@ -24,13 +24,13 @@ import tempfile
 import time
 
 ZT = os.path.abspath(sys.argv[1])
-TRIALS = int(sys.argv[sys.argv.index("--trials") + 1]) if "--trials" in sys.argv else 30
+TRIALS = int(sys.argv[sys.argv.index("--trials") + 1]) if "--trials" in sys.argv else 12
 TMP = tempfile.mkdtemp(prefix="zt_chaos_")
 MARK = f"zt_chaos_{os.getpid()}"
 ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOUT_S="30",
            ZT_LAUNCH_GRACE_S="2", ZT_HEARTBEAT_TIMEOUT_S="3", OMP_NUM_THREADS="1",
            OPENBLAS_NUM_THREADS="1", ZT_CHAOS_MARK=MARK)
-REF_STEPS = 200
+REF_STEPS = 80
 rng = random.Random(20261125)
 port = [31000 + os.getpid() % 500]
 failures = []

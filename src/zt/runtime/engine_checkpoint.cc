@@ -561,6 +561,8 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
                                 f->path(), ckpt::hash_hex(h), want);
       }
     }
+    // Gradients accumulated before the load belong to the old weights.
+    zero_->zero_grads();
     if (options.load_module_only) return Status::ok();
     global_steps_ = meta.at("global_steps").get<int64_t>();
     global_samples_ = meta.at("global_samples").get<int64_t>();
