@@ -86,5 +86,23 @@ out=$("$zt" config check "$tmp/deep.json" 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q "nested more than" <<<"$out" && ok "deep JSON refused" ||
   bad "deep JSON: rc $rc: $(head -c 300 <<<"$out")"
 
+# Folders without permission (as another user: root reads and writes anywhere).
+if [ "$(id -u)" = 0 ] && command -v runuser >/dev/null && runuser -u nobody -- test -x "$zt" 2>/dev/null; then
+  "${train[@]}" --save "$tmp/ckpt" >/dev/null 2>&1 || bad "save for the permission case"
+  chmod 700 "$tmp/ckpt"
+  chmod 755 "$tmp"
+  out=$(runuser -u nobody -- "${train[@]}" --load "$tmp/ckpt" 2>&1); rc=$?
+  [ $rc -ne 0 ] && grep -q "Permission denied" <<<"$out" && grep -q "$tmp/ckpt" <<<"$out" &&
+    ok "a checkpoint folder without permission: one line naming it" ||
+    bad "checkpoint folder without permission: rc $rc: $(tail -2 <<<"$out")"
+  mkdir -p "$tmp/ro" && chmod 555 "$tmp/ro"
+  out=$(runuser -u nobody -- "${train[@]}" --save "$tmp/ro/ckpt" 2>&1); rc=$?
+  [ $rc -ne 0 ] && grep -q "Permission denied" <<<"$out" && grep -q "$tmp/ro" <<<"$out" &&
+    ok "saving into a folder without write permission: one line naming it" ||
+    bad "saving without permission: rc $rc: $(tail -2 <<<"$out")"
+else
+  echo "skip: permission cases (need root and runuser to act as another user)"
+fi
+
 [ $fails -eq 0 ] && echo "all passed" || echo "$fails failed"
 exit $((fails > 0))

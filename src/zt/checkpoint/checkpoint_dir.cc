@@ -1,6 +1,7 @@
 #include "zt/checkpoint/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <linux/fs.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -45,8 +46,14 @@ Status tag_check(const std::string& tag) {
 
 Result<std::optional<std::string>> latest_read(const std::string& dir) {
   const std::string path = (fs::path(dir) / kLatestFile).string();
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::optional<std::string>();
+  // Only "not there" means nothing was saved: a folder that cannot be read must not make a
+  // resumable job start from the beginning.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::optional<std::string>();
+    return io_error("cannot read the checkpoint folder '{}': {} (check its permissions)", dir,
+                    errno_text());
+  }
   ZT_ASSIGN_OR_RETURN(std::string text, file_read_all(path, "checkpoint 'latest' file", 4096));
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) {
     text.pop_back();
