@@ -39,7 +39,7 @@ failures = []
 def cfg_path(stage):
     p = os.path.join(TMP, f"s{stage}.json")
     if not os.path.exists(p):
-        json.dump({"train_batch_size": 8, "gradient_clipping": 1.0,
+        json.dump({"train_batch_size": 12, "gradient_clipping": 1.0,
                    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
                    "zero_optimization": {"stage": stage, "reduce_bucket_size": 50000,
                                          "stage3_param_persistence_threshold": 5000}},
@@ -109,6 +109,10 @@ for trial in range(TRIALS):
     time.sleep(rng.uniform(1.2, 3.0))  # past the first heartbeat that carries a step
     ranks = rank_pids(job.pid)
     victim = rng.randrange(world)
+    if job.poll() is not None:  # it ended before the fault: that is a failure of its own
+        failures.append(f"{name}: the job ended by itself with {job.returncode}: "
+                        f"{job.stderr.read()[-400:]}")
+        continue
     t0 = time.time()
     if fault == "head":
         job.send_signal(signal.SIGKILL)
