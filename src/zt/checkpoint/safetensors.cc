@@ -190,8 +190,12 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
           return bad(fmt::format("tensor '{}' has a bad shape {}", name, shape.dump()));
         }
         t.shape.push_back(d.get<int64_t>());
+        // Checked before multiplying: 2^40 x 2^40 would overflow.
+        constexpr int64_t kMaxElements = int64_t{1} << 40;
+        if (t.shape.back() > 0 && t.numel > kMaxElements / t.shape.back()) {
+          return bad(fmt::format("tensor '{}' is too large (shape {})", name, shape.dump()));
+        }
         t.numel *= t.shape.back();
-        if (t.numel > (int64_t{1} << 40)) return bad(fmt::format("tensor '{}' is too large", name));
       }
       const auto& off = e.at("data_offsets");
       if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
