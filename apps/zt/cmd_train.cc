@@ -358,14 +358,13 @@ int cmd_train(const Args& args) {
   }
   const nlohmann::json client_state = {{"data", data_state}};
   int64_t saved_at = -1;
-  // Periodic saves may run in the background (--save-async); the last one and a save on a
-  // signal are waited for before the process ends.
-  auto save = [&](bool last) -> Status {
+  // Saves may run in the background (--save-async); every way out of the loop below waits for
+  // the one in flight (checkpoint_wait) before the process ends.
+  auto save = [&]() -> Status {
     saved_at = engine.global_steps();
     if (save_async) {
-      ZT_RETURN_IF_ERROR(engine.save_checkpoint_async(*save_dir, "", client_state,
-                                                      static_cast<int>(*keep_last)));
-      return last ? engine.checkpoint_wait() : Status::ok();
+      return engine.save_checkpoint_async(*save_dir, "", client_state,
+                                          static_cast<int>(*keep_last));
     }
     ZT_RETURN_IF_ERROR(engine.save_checkpoint(*save_dir, "", client_state));
     if (*keep_last > 0 && rank == 0) {
@@ -412,7 +411,7 @@ int cmd_train(const Args& args) {
       return fail(s);
     }
     if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
-      if (Status s = save(false); !s.is_ok()) {
+      if (Status s = save(); !s.is_ok()) {
         bar.finish();
         return fail(s);
       }
@@ -427,7 +426,7 @@ int cmd_train(const Args& args) {
         bar.finish();
         if (rank == 0) ZT_LOG_INFO("signal received: saving at step {} and stopping", st.step);
         if (saved_at != engine.global_steps()) {
-          if (Status s = save(true); !s.is_ok()) return fail(s);
+          if (Status s = save(); !s.is_ok()) return fail(s);
         }
         if (Status s = engine.checkpoint_wait(); !s.is_ok()) return fail(s);
         if (Status s = metrics.close(); !s.is_ok()) return fail(s);
@@ -437,7 +436,7 @@ int cmd_train(const Args& args) {
   }
   bar.finish();
   if (save_dir && saved_at != engine.global_steps()) {
-    if (Status s = save(true); !s.is_ok()) return fail(s);
+    if (Status s = save(); !s.is_ok()) return fail(s);
   }
   if (Status s = engine.checkpoint_wait(); !s.is_ok()) return fail(s);
   if (auto dir16 = a.get("--save-16bit-model")) {

@@ -47,12 +47,18 @@ EngineRun train_tiny_gpt2(const std::string& json, int micro_steps, uint64_t see
     out.losses.push_back(*loss);
     out.step_groups.push_back((*e)->last_step_groups());
   }
-  auto full = (*e)->gather_master();
-  EXPECT_TRUE(full.is_ok());
+  out.master = master_flat(**e);
+  return out;
+}
+
+std::vector<double> master_flat(Engine& e) {
+  std::vector<double> out;
+  auto full = e.gather_master();
+  EXPECT_TRUE(full.is_ok()) << full.status().message();
   if (!full.is_ok()) return out;
   for (auto& t : *full) {
     auto v = t.to_doubles();
-    out.master.insert(out.master.end(), v.begin(), v.end());
+    out.insert(out.end(), v.begin(), v.end());
   }
   return out;
 }

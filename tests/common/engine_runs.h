@@ -27,6 +27,9 @@ struct EngineRun {
   int64_t own_master_elements = 0;  // this rank's master elements (all units)
 };
 
+// Every unit's fp32 master weights, gathered and concatenated (collective).
+std::vector<double> master_flat(Engine& e);
+
 // Parses `json` for one process, initialises a tiny GPT-2 on the CPU (seed `seed`), and runs
 // `micro_steps` forward/backward/step calls on batches (2, 8) of random tokens drawn from
 // `data_seed` + step. Failures are test failures; the run then stops where it failed.

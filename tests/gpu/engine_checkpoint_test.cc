@@ -42,17 +42,6 @@ const Case kCases[] = {
      2e-3},
 };
 
-std::vector<double> flat(Engine& e) {
-  std::vector<double> out;
-  auto full = e.gather_master();
-  EXPECT_TRUE(full.is_ok());
-  for (auto& t : *full) {
-    auto v = t.to_doubles();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
 float train_step(Engine& e, uint64_t seed) {
   Tensor tk = testing::random_ints({4, 32}, 97, seed);
   Tensor tg = testing::random_ints({4, 32}, 97, seed + 1);
@@ -79,7 +68,7 @@ TEST(GpuEngineCheckpoint, LoadRestoresExactlyAndTrainingContinues) {
     ASSERT_TRUE((*e1)->save_checkpoint(dir.path().string()).is_ok());
     auto loaded = (*e2)->load_checkpoint(dir.path().string());
     ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
-    EXPECT_EQ(flat(**e2), flat(**e1));
+    EXPECT_EQ(testing::master_flat(**e2), testing::master_flat(**e1));
     EXPECT_EQ((*e2)->global_steps(), (*e1)->global_steps());
     EXPECT_EQ((*e2)->loss_scale(), (*e1)->loss_scale());
     EXPECT_EQ((*e2)->lr(), (*e1)->lr());

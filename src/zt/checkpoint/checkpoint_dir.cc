@@ -96,6 +96,21 @@ Status partial_prepare(const std::string& dir, const std::string& tag) {
   return Status::ok();
 }
 
+Result<WrittenFile> shard_write(const std::string& dir, const std::string& tag, int rank,
+                                int world, const std::vector<TensorToWrite>& tensors) {
+  return safetensors_write((fs::path(partial_path(dir, tag)) / shard_file_name(rank)).string(),
+                           tensors,
+                           {{"format", kFormatName},
+                            {"rank", std::to_string(rank)},
+                            {"dp_world_size", std::to_string(world)}},
+                           "checkpoint shard");
+}
+
+void partial_discard(const std::string& dir, const std::string& tag) {
+  std::error_code ec;
+  fs::remove_all(partial_path(dir, tag), ec);
+}
+
 Status partial_publish(const std::string& dir, const std::string& tag) {
   const std::string from = partial_path(dir, tag);
   const std::string to = tag_path(dir, tag);
@@ -238,15 +253,11 @@ Result<std::vector<TagInfo>> tags_list(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name[0] == '.' || !e.is_directory()) continue;
-    const std::string meta = (e.path() / kModelStatesFile).string();
-    if (!fs::exists(meta)) continue;
-    auto text = file_read_all(meta, "checkpoint metadata", int64_t{64} << 20);
-    if (!text) continue;
-    if (!json_nesting_check(*text, meta).is_ok()) continue;
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    auto j = metadata_read(e.path().string());  // not a complete checkpoint: not listed
+    if (!j) continue;
     TagInfo t{.tag = name, .global_steps = 0};
-    if (j.is_object() && j.contains("global_steps") && j["global_steps"].is_number_integer()) {
-      t.global_steps = j["global_steps"].get<int64_t>();
+    if (j->contains("global_steps") && (*j)["global_steps"].is_number_integer()) {
+      t.global_steps = (*j)["global_steps"].get<int64_t>();
     }
     out.push_back(t);
   }

@@ -20,11 +20,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "zt/checkpoint/safetensors.h"
 #include "zt/core/status.h"
 
 namespace zt::ckpt {
-
-struct WrittenFile;
 
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kModelStatesFile = "mp_rank_00_model_states.json";
@@ -45,6 +44,12 @@ Status latest_write(const std::string& dir, const std::string& tag);
 // Rank 0, before any rank writes: a fresh, empty partial folder for `tag` (and whatever
 // unfinished folders and temporaries earlier crashed saves left in DIR are removed).
 Status partial_prepare(const std::string& dir, const std::string& tag);
+// Rank R's shard (`tensors`) into the partial folder of `tag`, with the shard's safetensors
+// metadata (format, rank, world size).
+Result<WrittenFile> shard_write(const std::string& dir, const std::string& tag, int rank,
+                                int world, const std::vector<TensorToWrite>& tensors);
+// Rank 0, when a save failed: removes its partial folder (a full disk gets its space back).
+void partial_discard(const std::string& dir, const std::string& tag);
 // Rank 0, after every rank's files and the metadata are in the partial folder: syncs it, moves
 // it to DIR/<tag> (replacing an older folder of that name only once the new one is in place) and
 // syncs DIR.

@@ -37,24 +37,6 @@ const char* st_dtype_name(DType d) {
 // The header may be at most this large: real ones are kilobytes (a 70B model's is ~100 KB).
 constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;
 
-Status pread_exact(int fd, void* dst, size_t n, int64_t offset, const std::string& path) {
-  auto* p = static_cast<char*>(dst);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, std::min<size_t>(n, size_t{1} << 30), offset);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return io_error("reading '{}': {}", path, errno_text());
-    }
-    if (r == 0) {
-      return io_error("reading '{}': the file ends early (truncated?); it cannot be used", path);
-    }
-    p += r;
-    n -= static_cast<size_t>(r);
-    offset += r;
-  }
-  return Status::ok();
-}
-
 }  // namespace
 
 std::string hash_hex(uint64_t h) {
@@ -136,7 +118,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   if (f.file_bytes_ < 8) return bad(fmt::format("it has {} bytes, less than the 8-byte header "
                                                 "length (truncated?)", f.file_bytes_));
   unsigned char len[8];
-  ZT_RETURN_IF_ERROR(pread_exact(f.fd_, len, 8, 0, path));
+  ZT_RETURN_IF_ERROR(file_read_at(f.fd_, len, 8, 0, path, "safetensors file"));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   if (n > kMaxHeaderBytes || n > static_cast<uint64_t>(f.file_bytes_ - 8)) {
@@ -144,7 +126,7 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
                            "or another kind of file)", n, f.file_bytes_));
   }
   std::string text(n, '\0');
-  ZT_RETURN_IF_ERROR(pread_exact(f.fd_, text.data(), n, 8, path));
+  ZT_RETURN_IF_ERROR(file_read_at(f.fd_, text.data(), n, 8, path, "safetensors file"));
   ZT_RETURN_IF_ERROR(json_nesting_check(text, path, 8));
   nlohmann::json header;
   try {
@@ -261,7 +243,8 @@ Status SafetensorsFile::read(const std::string& name, int64_t first, int64_t cou
                             path_, name, e->numel, first, first + count);
   }
   const auto es = static_cast<int64_t>(dtype_size(e->dtype));
-  return pread_exact(fd_, dst, static_cast<size_t>(count * es), e->begin + first * es, path_);
+  return file_read_at(fd_, dst, static_cast<size_t>(count * es), e->begin + first * es, path_,
+                      "safetensors file");
 }
 
 Status SafetensorsFile::read_bytes(int64_t offset, int64_t n, void* dst) const {
@@ -269,7 +252,7 @@ Status SafetensorsFile::read_bytes(int64_t offset, int64_t n, void* dst) const {
     return invalid_argument("'{}': bytes [{}, {}) lie outside its {} bytes", path_, offset,
                             offset + n, file_bytes_);
   }
-  return pread_exact(fd_, dst, static_cast<size_t>(n), offset, path_);
+  return file_read_at(fd_, dst, static_cast<size_t>(n), offset, path_, "safetensors file");
 }
 
 Result<uint64_t> file_xxh3(const std::string& path) {

@@ -247,12 +247,16 @@ Result<DistEnv> dist_env_from(const EnvLookup& lookup) {
   return env;
 }
 
-Result<DistEnv> dist_env_from_environment() {
-  return dist_env_from([](std::string_view name) -> std::optional<std::string> {
+EnvLookup process_env() {
+  return [](std::string_view name) -> std::optional<std::string> {
     const char* v = std::getenv(std::string(name).c_str());
     if (v == nullptr) return std::nullopt;
     return std::string(v);
-  });
+  };
+}
+
+Result<DistEnv> dist_env_from_environment() {
+  return dist_env_from(process_env());
 }
 
 }  // namespace zt

@@ -44,6 +44,8 @@ struct DistEnv {
 // Looks up one environment variable; nullopt when unset. Tests pass a map instead of getenv.
 using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
 
+// The process environment (getenv) as an EnvLookup.
+EnvLookup process_env();
 // Reads the process environment (getenv).
 Result<DistEnv> dist_env_from_environment();
 // Same rules over an arbitrary lookup.

@@ -267,6 +267,26 @@ Status input_file_check(const std::string& path, std::string_view what) {
                           file_type_name(st.st_mode));
 }
 
+Status file_read_at(int fd, void* dst, size_t n, int64_t offset, const std::string& path,
+                    std::string_view what) {
+  auto* p = static_cast<char*>(dst);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, std::min<size_t>(n, size_t{1} << 30), offset);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return io_error("reading {} '{}': {}", what, path, errno_text());
+    }
+    if (r == 0) {
+      return io_error("reading {} '{}': the file ends early (truncated?); it cannot be used",
+                      what, path);
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+    offset += r;
+  }
+  return Status::ok();
+}
+
 Result<std::string> file_read_all(const std::string& path, std::string_view what,
                                   int64_t max_bytes) {
   ZT_RETURN_IF_ERROR(input_file_check(path, what));

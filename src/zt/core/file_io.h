@@ -98,6 +98,11 @@ Status folder_sync(const std::string& folder);
 // fail later with a worse message. `what` names it ("token file", "checkpoint").
 Status input_file_check(const std::string& path, std::string_view what);
 
+// Reads exactly n bytes at `offset` of an open file (pread, resumed after partial reads and
+// EINTR); a file that ends first is an error saying it is truncated. `what` and `path` name it.
+Status file_read_at(int fd, void* dst, size_t n, int64_t offset, const std::string& path,
+                    std::string_view what);
+
 // Reads a whole regular file of at most max_bytes.
 Result<std::string> file_read_all(const std::string& path, std::string_view what,
                                   int64_t max_bytes = int64_t{1} << 30);

@@ -34,19 +34,6 @@ struct FdCloser {
   }
 };
 
-Status read_exact(int fd, void* dst, size_t n, const std::string& path) {
-  auto* p = static_cast<unsigned char*>(dst);
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return io_error("reading token file '{}': {}", path, errno_text());
-    if (r == 0) return io_error("reading token file '{}': unexpected end of file", path);
-    done += static_cast<size_t>(r);
-  }
-  return Status::ok();
-}
-
 // Token width of an llm.c header, or 0 when (magic, version) is not one llm.c writes.
 int llmc_token_bytes(int32_t magic, int32_t version) {
   if (magic == kLlmcMagicGpt2 && version == kLlmcVersionGpt2) return 2;
@@ -105,7 +92,7 @@ Result<TokenFile> TokenFile::open(const std::string& path, const TokenFileOption
   std::array<int32_t, 3> head{};
   bool has_magic = false;
   if (file_bytes >= 4) {
-    ZT_RETURN_IF_ERROR(read_exact(fd, head.data(), 4, path));
+    ZT_RETURN_IF_ERROR(file_read_at(fd, head.data(), 4, 0, path, "token file"));
     has_magic = is_llmc_magic(head[0]);
   }
   TokenFileFormat format = options.format;
@@ -131,7 +118,7 @@ Result<TokenFile> TokenFile::open(const std::string& path, const TokenFileOption
           "token file '{}' is truncated: an llm.c header needs {} bytes, the file has {}", path,
           kLlmcHeaderBytes, file_bytes);
     }
-    ZT_RETURN_IF_ERROR(read_exact(fd, head.data(), sizeof(head), path));
+    ZT_RETURN_IF_ERROR(file_read_at(fd, head.data(), sizeof(head), 0, path, "token file"));
     f.token_bytes_ = llmc_token_bytes(head[0], head[1]);
     if (f.token_bytes_ == 0) {
       return invalid_argument(

@@ -46,11 +46,9 @@ struct sigaction g_old_actions[kNumCaught];
 std::atomic<int> g_forward_pending{0};
 struct sigaction g_old_usr1;
 
-void on_launcher_signal(int sig) {
+// Wakes supervise() from a signal handler (async-signal-safe).
+void supervisor_wake() {
   int saved_errno = errno;
-  int none = 0;
-  g_first_signal.compare_exchange_strong(none, sig);
-  g_signal_count.fetch_add(1);
   int fd = g_wake_write.load();
   if (fd >= 0) {
     char byte = 1;
@@ -60,16 +58,16 @@ void on_launcher_signal(int sig) {
   errno = saved_errno;
 }
 
+void on_launcher_signal(int sig) {
+  int none = 0;
+  g_first_signal.compare_exchange_strong(none, sig);
+  g_signal_count.fetch_add(1);
+  supervisor_wake();
+}
+
 void on_forward_signal(int /*sig*/) {
-  int saved_errno = errno;
   g_forward_pending.store(1);
-  int fd = g_wake_write.load();
-  if (fd >= 0) {
-    char byte = 1;
-    ssize_t n = write(fd, &byte, 1);
-    (void)n;
-  }
-  errno = saved_errno;
+  supervisor_wake();
 }
 
 // What a child reports through the exec pipe when it cannot start the program.

@@ -42,10 +42,7 @@ uint64_t get_u64(const std::vector<double>& v, size_t at) {
 // The collective timeout (ZT_COMM_TIMEOUT_S / DEEPSPEED_TIMEOUT): how long rank 0's publisher
 // waits for the other ranks' shards of an asynchronous save.
 double comm_timeout_seconds() {
-  auto t = comm_timeout_from([](std::string_view name) -> std::optional<std::string> {
-    const char* v = std::getenv(std::string(name).c_str());
-    return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
-  });
+  auto t = comm_timeout_from(process_env());
   return t.is_ok() ? static_cast<double>(t->count()) / 1000.0 : 1800.0;
 }
 
@@ -190,20 +187,10 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
 
   // Every rank writes its shard, reading each tensor from the training buffers as it goes.
   const std::vector<ckpt::TensorToWrite> tensors = shard_tensors();
-  const std::string partial = ckpt::partial_path(dir, tag);
-  const std::string shard = ckpt::shard_file_name(rank);
-  auto written = ckpt::safetensors_write(
-      (fs::path(partial) / shard).string(), tensors,
-      {{"format", ckpt::kFormatName},
-       {"rank", std::to_string(rank)},
-       {"dp_world_size", std::to_string(world)}},
-      "checkpoint shard");
+  auto written = ckpt::shard_write(dir, tag, rank, world, tensors);
   // A failed save (a full disk) gives its space back: rank 0 removes the unfinished folder.
   auto drop_partial = [&](Status s) {
-    if (!s.is_ok() && rank == 0) {
-      std::error_code ec;
-      fs::remove_all(ckpt::partial_path(dir, tag), ec);
-    }
+    if (!s.is_ok() && rank == 0) ckpt::partial_discard(dir, tag);
     return s;
   };
   ZT_RETURN_IF_ERROR(drop_partial(
@@ -263,13 +250,7 @@ Status Engine::save_checkpoint_async(const std::string& dir, const std::string& 
   PendingSave* p = job.get();
   job->thread = std::thread([p, dir, tag, rank, world, keep_last, timeout_s,
                              tensors = std::move(tensors), meta = std::move(meta)]() mutable {
-    const std::string shard =
-        (fs::path(ckpt::partial_path(dir, tag)) / ckpt::shard_file_name(rank)).string();
-    auto written = ckpt::safetensors_write(shard, tensors,
-                                           {{"format", ckpt::kFormatName},
-                                            {"rank", std::to_string(rank)},
-                                            {"dp_world_size", std::to_string(world)}},
-                                           "checkpoint shard");
+    auto written = ckpt::shard_write(dir, tag, rank, world, tensors);
     if (written) p->bytes = written->bytes;
     Status s = ckpt::shard_note_write(dir, tag, rank, written);
     if (s.is_ok()) s = written.status();
@@ -277,10 +258,7 @@ Status Engine::save_checkpoint_async(const std::string& dir, const std::string& 
       auto files = ckpt::shard_notes_wait(dir, tag, world, timeout_s);
       s = files.status();
       if (s.is_ok()) s = ckpt::checkpoint_finish(dir, tag, std::move(meta), *files, keep_last);
-      if (!s.is_ok()) {
-        std::error_code ec;
-        fs::remove_all(ckpt::partial_path(dir, tag), ec);
-      }
+      if (!s.is_ok()) ckpt::partial_discard(dir, tag);
     }
     p->result = s;
   });

@@ -217,7 +217,7 @@ class ZeroState : public nn::UnitHooks {
   // step values (unscale and clip factor, lr, betas); this cuts the master extents into the
   // optimizer's chunks (whole parameter tensors for Lamb, sub_group_size pieces at stage 3),
   // runs it on the device or through OptimizerOffload on the host, and publishes the updated
-  // compute copy. Returns the optimizer calls made (sub-groups).
+  // compute copy. Returns the optimizer calls made on the device (sub-groups; 0 when offloaded).
   Result<int64_t> optimizer_step(optim::Optimizer& optimizer, const optim::StepValues& values);
 
   // ---- checkpoints (zero_checkpoint.cc). Tensor kinds: 0 = fp32 master, 1.. = optimizer state.

@@ -14,7 +14,7 @@ Result<int64_t> ZeroState::optimizer_step(optim::Optimizer& optimizer,
     // the pipeline writes the compute copy's own chunks back to the device.
     offload_->step(optimizer, v);
     ZT_RETURN_IF_ERROR(publish_params(/*lowp_written=*/true));
-    return int64_t{1};
+    return int64_t{0};  // no optimizer call on the device
   }
   const Device dev = options_.device;
   const Stream& s = options_.stream;

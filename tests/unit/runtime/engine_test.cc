@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/nn/models/gpt2.h"
 
@@ -20,17 +21,6 @@ DeepSpeedConfig parse(const std::string& json) {
   auto c = config_parse(json, "test", 1);
   EXPECT_TRUE(c.is_ok()) << c.status().message();
   return *c;
-}
-
-std::vector<double> all_master(Engine& e) {
-  std::vector<double> out;
-  auto full = e.gather_master();
-  EXPECT_TRUE(full.is_ok());
-  for (auto& t : *full) {
-    auto v = t.to_doubles();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 // Runs `steps` optimizer steps on fixed data: micro-batch m of step s uses rows
@@ -54,7 +44,7 @@ std::vector<double> train(const std::string& cfg_json, const Tensor& tokens, con
     }
     if (losses) losses->push_back((*e)->last_step()->loss);
   }
-  return all_master(**e);
+  return testing::master_flat(**e);
 }
 
 TEST(Engine, GradientAccumulationEqualsLargeBatch) {
@@ -81,7 +71,7 @@ TEST(Engine, ClippingScalesUpdateByDeepSpeedFormula) {
   nn::Gpt2 model0(tiny_config());
   auto init = initialize(model0, parse(base + "}"), {.device = Device::cpu(), .seed = 5});
   ASSERT_TRUE(init.is_ok());
-  std::vector<double> p0 = all_master(**init);
+  std::vector<double> p0 = testing::master_flat(**init);
   std::vector<double> p_free = train(base + "}", tokens, targets, 1);
   double norm2 = 0;
   for (size_t i = 0; i < p0.size(); ++i) norm2 += (p_free[i] - p0[i]) * (p_free[i] - p0[i]);
@@ -112,7 +102,7 @@ TEST(Engine, Fp16OverflowSkipsStepAndKeepsScheduler) {
   ASSERT_NE(engine.lr_scheduler(), nullptr);
   Tensor tokens = testing::random_ints({2, 8}, 23, 31);
   Tensor targets = testing::random_ints({2, 8}, 23, 32);
-  std::vector<double> before = all_master(engine);
+  std::vector<double> before = testing::master_flat(engine);
   const double lr_before = engine.lr();
   double scale = std::ldexp(1.0, 132);
   ASSERT_EQ(engine.loss_scale(), scale);
@@ -131,7 +121,7 @@ TEST(Engine, Fp16OverflowSkipsStepAndKeepsScheduler) {
     EXPECT_NE(log.find(fmt::format("step={}, skipped={}, lr=", s, skipped)), std::string::npos)
         << log;
     EXPECT_EQ(engine.skipped_steps(), skipped);
-    EXPECT_EQ(all_master(engine), before);
+    EXPECT_EQ(testing::master_flat(engine), before);
     EXPECT_EQ(engine.lr(), lr_before);
     EXPECT_EQ(engine.lr_scheduler()->last_batch_iteration(), -1);
     scale /= 2;
@@ -140,7 +130,7 @@ TEST(Engine, Fp16OverflowSkipsStepAndKeepsScheduler) {
   EXPECT_GE(skipped, 1);
   ASSERT_FALSE(engine.last_step()->skipped) << "no step applied after 12 tries";
   EXPECT_EQ(engine.skipped_steps(), skipped);
-  EXPECT_NE(all_master(engine), before);
+  EXPECT_NE(testing::master_flat(engine), before);
   EXPECT_EQ(engine.lr_scheduler()->last_batch_iteration(), 0);
 }
 
