@@ -103,7 +103,8 @@ void adam_chunk(const AdamCoeffs& k, const OptimChunk& c,
 
 }  // namespace
 
-void adam_step(const AdamArgs& args, std::span<const OptimChunk> chunks, const Stream& s) {
+void adam_step(const AdamArgs& args, std::span<const OptimChunk> chunks, Device /*device*/,
+               const Stream& s) {
   const AdamCoeffs k = adam_coeffs(args);
   for (size_t ci = 0; ci < chunks.size(); ++ci) {
     const OptimChunk& c = chunks[ci];

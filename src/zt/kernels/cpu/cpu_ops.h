@@ -5,5 +5,7 @@
 #include "zt/kernels/ops.h"
 
 namespace zt::kernels::cpu {
-#include "zt/kernels/op_decls.inc"
+#define ZT_OP(name, where, params, args) void name(ZT_OP_LIST params, const Stream& s);
+#include "zt/kernels/op_table.inc"
+#undef ZT_OP
 }  // namespace zt::kernels::cpu

@@ -91,7 +91,8 @@ void lamb_apply(const LambCoeffs& k, float step_size, const OptimChunk& c) {
 
 }  // namespace
 
-void lamb_step(const LambArgs& args, std::span<const OptimChunk> chunks, const Stream& s) {
+void lamb_step(const LambArgs& args, std::span<const OptimChunk> chunks, Device /*device*/,
+               const Stream& s) {
   ZT_ASSERT(args.min_coeff <= args.max_coeff, "lamb_step: min_coeff {} exceeds max_coeff {}",
             args.min_coeff, args.max_coeff);
   const LambCoeffs k = lamb_coeffs(args);

@@ -44,7 +44,8 @@ void sgd_chunk(const SgdArgs& a, SgdMomentum mom, const OptimChunk& c) {
 
 }  // namespace
 
-void sgd_step(const SgdArgs& args, std::span<const OptimChunk> chunks, const Stream& s) {
+void sgd_step(const SgdArgs& args, std::span<const OptimChunk> chunks, Device /*device*/,
+              const Stream& s) {
   // torch rejects Nesterov without momentum or with dampening; so does the contract here.
   ZT_ASSERT(!args.nesterov || (args.momentum > 0.0f && args.dampening == 0.0f),
             "sgd_step: nesterov needs momentum > 0 and dampening 0 (momentum {}, dampening {})",

@@ -38,7 +38,8 @@ struct AdamOp {
 
 }  // namespace
 
-void adam_step(const AdamArgs& args, std::span<const OptimChunk> chunks, const Stream& s) {
+void adam_step(const AdamArgs& args, std::span<const OptimChunk> chunks, Device /*device*/,
+               const Stream& s) {
   ZT_ASSERT(args.step >= 1, "adam_step: step {} must be >= 1", args.step);
   std::vector<MtChunk> mt;
   mt.reserve(chunks.size());

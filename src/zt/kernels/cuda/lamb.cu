@@ -82,7 +82,8 @@ struct LambApplyOp {
 
 }  // namespace
 
-void lamb_step(const LambArgs& args, std::span<const OptimChunk> chunks, const Stream& s) {
+void lamb_step(const LambArgs& args, std::span<const OptimChunk> chunks, Device /*device*/,
+               const Stream& s) {
   ZT_ASSERT(args.step >= 1, "lamb_step: step {} must be >= 1", args.step);
   ZT_ASSERT(args.min_coeff <= args.max_coeff, "lamb_step: min_coeff {} exceeds max_coeff {}",
             args.min_coeff, args.max_coeff);

@@ -42,7 +42,8 @@ struct SgdOp {
 
 }  // namespace
 
-void sgd_step(const SgdArgs& args, std::span<const OptimChunk> chunks, const Stream& s) {
+void sgd_step(const SgdArgs& args, std::span<const OptimChunk> chunks, Device /*device*/,
+              const Stream& s) {
   const bool with_momentum = args.momentum != 0.0f;
   std::vector<MtChunk> mt;
   mt.reserve(chunks.size());
