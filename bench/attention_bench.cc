@@ -58,8 +58,10 @@ void run(const Shape4& sh, bool fused, int steps) {
       zt::kernels::flash_attention_forward(out, lse, qkv, static_cast<int>(sh.NH), s);
       zt::kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, static_cast<int>(sh.NH), s);
     } else {
-      zt::kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(sh.NH), s);
-      zt::kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(sh.NH), s);
+      zt::kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(sh.NH),
+                                     zt::kernels::AttnKind::kCausal, nullptr, s);
+      zt::kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(sh.NH),
+                                      zt::kernels::AttnKind::kCausal, s);
     }
     stop.record(s);
     stop.synchronize();

@@ -55,5 +55,38 @@ TEST(EmbeddingCuda, Gpt2WidthMatchesCpu) {
   check_embedding(4, 64, 1000, 128, 768, 1301);
 }
 
+TEST(EmbeddingCuda, LookupWriteAddAndBackwardMatchCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  const int64_t B = 3, T = 17, rows = 9, C = 40;
+  Tensor ids = random_ints({B, T}, static_cast<int32_t>(rows), 1401);
+  Tensor table = exact_tensor({rows, C}, 1402);
+  Tensor base = exact_tensor({B, T, C}, 1403);
+  Tensor dout = exact_tensor({B, T, C}, 1404);
+  Tensor dtable0 = random_tensor({rows, C}, DType::f32, 1405);
+  Tensor out_ref = Tensor::empty({B, T, C}, DType::f32);
+  kernels::embedding_lookup_forward(out_ref, ids, table, kernels::Accumulate::kWrite);
+  Tensor acc_ref = base.clone();
+  kernels::embedding_lookup_forward(acc_ref, ids, table, kernels::Accumulate::kAdd);
+  Tensor dtable_ref = dtable0.clone();
+  kernels::embedding_lookup_backward(dtable_ref, dout, ids);
+  for (const DtypeCase& d : kComputeDtypes) {
+    SCOPED_TRACE(d.name);
+    const Device dev = Device::cuda(0);
+    Tensor ids_d = ids.to(dev);
+    Tensor table_d = to_cuda(table, d.dtype);
+    Tensor out_d = to_cuda(random_tensor({B, T, C}, DType::f32, 1406), d.dtype);
+    kernels::embedding_lookup_forward(out_d, ids_d, table_d, kernels::Accumulate::kWrite);
+    Tensor acc_d = to_cuda(base, d.dtype);
+    kernels::embedding_lookup_forward(acc_d, ids_d, table_d, kernels::Accumulate::kAdd);
+    Tensor dtable_d = to_cuda(dtable0, DType::f32);
+    Tensor dout_d = to_cuda(dout, d.dtype);
+    kernels::embedding_lookup_backward(dtable_d, dout_d, ids_d);
+    // Values k/64 and sums of two of them are exact in every compute dtype.
+    expect_close(values(out_d), values(out_ref), 1e-30, 0, "lookup");
+    expect_close(values(acc_d), values(acc_ref), 1e-30, 0, "lookup accumulated");
+    expect_close(values(dtable_d), values(dtable_ref), 1e-6, 1e-6, "dtable");
+  }
+}
+
 }  // namespace
 }  // namespace zt::testing

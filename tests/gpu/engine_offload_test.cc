@@ -38,7 +38,9 @@ namespace {
 
 constexpr int kSteps = 5;
 
-nn::Gpt2Config tiny() { return testing::small_gpt2_config(2); }
+nn::Gpt2Config tiny() {
+  return testing::small_gpt2_config(2);
+}
 
 constexpr const char* kAdamW =
     R"("optimizer": {"type": "AdamW", "params": {"lr": 0.003, "weight_decay": 0.1}})";
@@ -206,8 +208,8 @@ TEST(GpuOffload, Fp16OverflowSkipsTheSameSteps) {
   ASSERT_EQ(plain.skipped.size(), static_cast<size_t>(kSteps));
   std::string pattern;  // S skipped, T trained
   for (bool s : plain.skipped) pattern += s ? 'S' : 'T';
-  EXPECT_TRUE(plain.skipped.front()) << "no overflow: the test does not exercise the skip; "
-                                     << pattern;
+  EXPECT_TRUE(plain.skipped.front())
+      << "no overflow: the test does not exercise the skip; " << pattern;
   EXPECT_NE(pattern.find('T'), std::string::npos)
       << "never trained: the test does not exercise fp16 steps; " << pattern;
   std::printf("fp16 steps, S skipped and T trained: %s\n", pattern.c_str());

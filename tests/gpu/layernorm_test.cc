@@ -32,7 +32,7 @@ void check_layernorm(int64_t rows, int64_t C, Residual residual, uint64_t seed) 
   Tensor out_ref = Tensor::empty({rows, C}, DType::f32);
   Tensor mean_ref = Tensor::empty({rows}, DType::f32);
   Tensor rstd_ref = Tensor::empty({rows}, DType::f32);
-  kernels::layernorm_forward(out_ref, mean_ref, rstd_ref, in, weight, bias);
+  kernels::layernorm_forward(out_ref, mean_ref, rstd_ref, in, weight, bias, 1e-5f);
   Tensor din_ref = Tensor::empty({rows, C}, DType::f32);
   Tensor dweight_ref = dweight0.clone();
   Tensor dbias_ref = dbias0.clone();
@@ -51,7 +51,7 @@ void check_layernorm(int64_t rows, int64_t C, Residual residual, uint64_t seed) 
     Tensor rstd_d = Tensor::empty({rows}, DType::f32, dev);
     Tensor dweight_d = to_cuda(dweight0, DType::f32);
     Tensor dbias_d = to_cuda(dbias0, DType::f32);
-    kernels::layernorm_forward(out_d, mean_d, rstd_d, in_d, w_d, b_d);
+    kernels::layernorm_forward(out_d, mean_d, rstd_d, in_d, w_d, b_d, 1e-5f);
 
     Tensor dres_d = to_cuda(dres, d.dtype);
     Tensor din_d =

@@ -26,7 +26,9 @@ struct AttentionNaive {
   std::vector<double> att;  // (B,NH,T,T)
 };
 
-AttentionNaive attention_naive(const Tensor& qkv_t) {
+AttentionNaive attention_naive(const Tensor& qkv_t,
+                               kernels::AttnKind kind = kernels::AttnKind::kCausal,
+                               const std::vector<int32_t>& key_mask = {}) {
   const std::vector<double> qkv = qkv_t.to_doubles();
   auto at = [&](int64_t b, int64_t t, int64_t which, int64_t h, int64_t i) {
     return static_cast<long double>(qkv[(b * T + t) * 3 * C + which * C + h * HS + i]);
@@ -37,19 +39,21 @@ AttentionNaive attention_naive(const Tensor& qkv_t) {
       for (int64_t t = 0; t < T; ++t) {
         std::vector<long double> p(T, 0.0L);
         long double denom = 0;
-        for (int64_t u = 0; u <= t; ++u) {  // keys after the query are masked out
+        const int64_t end = kind == kernels::AttnKind::kCausal ? t + 1 : T;
+        for (int64_t u = 0; u < end; ++u) {  // keys after the query are masked out (causal)
+          if (!key_mask.empty() && key_mask[b * T + u] == 0) continue;  // padding key
           long double score = 0;
           for (int64_t i = 0; i < HS; ++i) score += at(b, t, 0, h, i) * at(b, u, 1, h, i);
           p[u] = std::exp(score / std::sqrt(static_cast<long double>(HS)));
           denom += p[u];
         }
-        for (int64_t u = 0; u <= t; ++u) {
-          p[u] /= denom;
+        for (int64_t u = 0; u < T; ++u) {
+          p[u] = denom > 0 ? p[u] / denom : 0;
           r.att[((b * NH + h) * T + t) * T + u] = static_cast<double>(p[u]);
         }
         for (int64_t i = 0; i < HS; ++i) {
           long double o = 0;
-          for (int64_t u = 0; u <= t; ++u) o += p[u] * at(b, u, 2, h, i);
+          for (int64_t u = 0; u < T; ++u) o += p[u] * at(b, u, 2, h, i);
           r.out[(b * T + t) * C + h * HS + i] = static_cast<double>(o);
         }
       }
@@ -64,7 +68,8 @@ TEST(Attention, ForwardMatchesTripleLoop) {
     Tensor out = Tensor::empty({B, T, C}, dt);
     Tensor qkvr = Tensor::empty({3, B, NH, T, HS}, dt);
     Tensor att = random_tensor({B, NH, T, T}, dt, 2);  // garbage above the diagonal must be zeroed
-    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH));
+    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH),
+                               kernels::AttnKind::kCausal, nullptr);
     AttentionNaive ref = attention_naive(qkv);
     const double tol = dt == DType::f64 ? 1e-13 : 1e-5;
     expect_close(out.to_doubles(), ref.out, tol, tol, "attention out");
@@ -89,7 +94,8 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   Tensor att = Tensor::empty({B, NH, T, T}, DType::f64);
   const std::vector<double> w = random_weights(B * T * C, 4);
   auto loss = [&] {
-    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH));
+    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH),
+                               kernels::AttnKind::kCausal, nullptr);
     return weighted_sum(out, w);
   };
   const std::vector<double> fd = finite_difference(qkv, loss);
@@ -97,10 +103,43 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
 
   Tensor dout = Tensor::from_doubles(w, {B, T, C}, DType::f64);
   Tensor dqkv = random_tensor({B, T, 3 * C}, DType::f64, 5);  // garbage: dqkv is written
-  kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH));
+  kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH),
+                              kernels::AttnKind::kCausal);
   expect_close(dqkv.to_doubles(), fd, 1e-8, 1e-6, "dqkv");
-  kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH));
+  kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH),
+                              kernels::AttnKind::kCausal);
   expect_close(dqkv.to_doubles(), fd, 1e-8, 1e-6, "dqkv after a second backward (not doubled)");
+}
+
+// Encoders (BERT): every key, minus the padding keys of each row; the probabilities of masked keys
+// are 0, and backward (which reads them from att) needs no mask of its own.
+TEST(Attention, BidirectionalWithPaddingMask) {
+  const std::vector<int32_t> mask_values = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0};  // row 1: 3 padding keys
+  Tensor mask = Tensor::empty({B, T}, DType::i32);
+  std::copy(mask_values.begin(), mask_values.end(), mask.data<int32_t>());
+  for (const kernels::AttnKind kind :
+       {kernels::AttnKind::kBidirectional, kernels::AttnKind::kCausal}) {
+    Tensor qkv = random_tensor({B, T, 3 * C}, DType::f64, 11, -2.0, 2.0);
+    Tensor out = Tensor::empty({B, T, C}, DType::f64);
+    Tensor qkvr = Tensor::empty({3, B, NH, T, HS}, DType::f64);
+    Tensor att = random_tensor({B, NH, T, T}, DType::f64, 12);
+    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH), kind, &mask);
+    AttentionNaive ref = attention_naive(qkv, kind, mask_values);
+    expect_close(out.to_doubles(), ref.out, 1e-13, 1e-13, "masked attention out");
+    expect_close(att.to_doubles(), ref.att, 1e-13, 1e-13, "masked attention probabilities");
+
+    const std::vector<double> w = random_weights(B * T * C, 13);
+    auto loss = [&] {
+      kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH), kind, &mask);
+      return weighted_sum(out, w);
+    };
+    const std::vector<double> fd = finite_difference(qkv, loss);
+    loss();
+    Tensor dout = Tensor::from_doubles(w, {B, T, C}, DType::f64);
+    Tensor dqkv = random_tensor({B, T, 3 * C}, DType::f64, 14);
+    kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH), kind);
+    expect_close(dqkv.to_doubles(), fd, 1e-8, 1e-6, "masked attention dqkv");
+  }
 }
 
 TEST(Attention, Float32MatchesFloat64) {
@@ -114,8 +153,10 @@ TEST(Attention, Float32MatchesFloat64) {
     Tensor qkvr = Tensor::empty({3, B, NH, T, HS}, dt);
     Tensor att = Tensor::empty({B, NH, T, T}, dt);
     Tensor dqkv = Tensor::empty({B, T, 3 * C}, dt);
-    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH));
-    kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH));
+    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH),
+                               kernels::AttnKind::kCausal, nullptr);
+    kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH),
+                                kernels::AttnKind::kCausal);
     results[k][0] = out.to_doubles();
     results[k][1] = dqkv.to_doubles();
   }

@@ -38,6 +38,10 @@ std::vector<double> crossentropy_naive(const Tensor& logits, const Tensor& targe
     long double sum = 0;
     for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<long double>(x[i * Vp + j]) - m);
     const int32_t target = targets.data<int32_t>()[i];
+    if (target < 0) {  // not counted (ignore index)
+      losses.push_back(0.0);
+      continue;
+    }
     // -log_softmax(x)[target] = logsumexp(x) - x[target]
     losses.push_back(static_cast<double>(m + std::log(sum) - x[i * Vp + target]));
   }
@@ -82,6 +86,32 @@ TEST(CrossEntropy, FusedLossesAndGradientMatchFiniteDifferences) {
   for (int64_t i = 0; i < N; ++i) {
     for (int64_t j = V; j < Vp; ++j) EXPECT_EQ(dl[i * Vp + j], 0.0) << "padding " << i << "," << j;
   }
+}
+
+// transformers' labels use -100 for positions that do not count (prompt tokens, MLM's unmasked
+// tokens): loss 0 and no gradient there, the other rows unchanged.
+TEST(CrossEntropy, NegativeTargetsAreIgnored) {
+  const float dloss = 0.5f;
+  Tensor logits = crossentropy_logits(DType::f64, 31);
+  Tensor targets = random_ints({B, T}, static_cast<int32_t>(V), 32);
+  targets.data<int32_t>()[0] = -100;
+  targets.data<int32_t>()[7] = -1;
+  Tensor losses = Tensor::empty({B, T}, DType::f64);
+  kernels::crossentropy_forward(losses, logits, targets, V);
+  expect_close(losses.to_doubles(), crossentropy_naive(logits, targets), 1e-12, 1e-12,
+               "losses with ignored rows");
+  auto loss = [&] {
+    kernels::crossentropy_forward(losses, logits, targets, V);
+    double s = 0;
+    for (double l : losses.to_doubles()) s += l;
+    return static_cast<double>(dloss) * s;
+  };
+  const std::vector<double> fd = finite_difference(logits, loss);
+  Tensor fused_losses = Tensor::empty({B, T}, DType::f64);
+  kernels::crossentropy_fused(fused_losses, logits, targets, V, dloss);
+  expect_close(logits.to_doubles(), fd, 1e-9, 1e-6, "dlogits with ignored rows");
+  EXPECT_EQ(fused_losses.to_doubles()[0], 0.0);
+  EXPECT_EQ(fused_losses.to_doubles()[7], 0.0);
 }
 
 TEST(CrossEntropy, FusedFloat32MatchesFloat64) {

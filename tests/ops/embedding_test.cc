@@ -91,5 +91,44 @@ TEST(Embedding, Float32BackwardMatchesFloat64) {
   expect_close(dwpe32.to_doubles(), dwpe64.to_doubles(), 1e-6, 1e-5, "dwpe f32 vs f64");
 }
 
+// The generic lookup (Llama/OPT/BERT token, position and token-type tables): out = table[ids] or
+// out += table[ids]; dtable accumulates the rows of repeated ids.
+TEST(EmbeddingLookup, ForwardAccumulateAndBackward) {
+  constexpr int64_t kRows = 7, kC = 6;
+  Tensor table = random_tensor({kRows, kC}, DType::f64, 41);
+  Tensor ids = testing::random_ints({B, T}, static_cast<int32_t>(kRows), 42);
+  ids.data<int32_t>()[1] = ids.data<int32_t>()[0];  // a repeated id
+  Tensor base = random_tensor({B, T, kC}, DType::f64, 43);
+  const std::vector<double> tv = table.to_doubles(), bv = base.to_doubles();
+  Tensor out = random_tensor({B, T, kC}, DType::f64, 44);  // garbage: kWrite overwrites it
+  kernels::embedding_lookup_forward(out, ids, table, kernels::Accumulate::kWrite);
+  Tensor acc = base.to(Device::cpu());
+  kernels::embedding_lookup_forward(acc, ids, table, kernels::Accumulate::kAdd);
+  std::vector<double> want_out, want_acc;
+  for (int64_t i = 0; i < B * T; ++i) {
+    for (int64_t c = 0; c < kC; ++c) {
+      const double v = tv[ids.data<int32_t>()[i] * kC + c];
+      want_out.push_back(v);
+      want_acc.push_back(bv[i * kC + c] + v);
+    }
+  }
+  expect_close(out.to_doubles(), want_out, 1e-300, 0, "lookup");
+  expect_close(acc.to_doubles(), want_acc, 1e-15, 1e-15, "lookup accumulated");
+
+  const std::vector<double> w = testing::random_weights(B * T * kC, 45);
+  auto loss = [&] {
+    kernels::embedding_lookup_forward(out, ids, table, kernels::Accumulate::kWrite);
+    return testing::weighted_sum(out, w);
+  };
+  const std::vector<double> fd = finite_difference(table, loss);
+  Tensor dtable =
+      Tensor::from_doubles(std::vector<double>(kRows * kC, 1.0), {kRows, kC}, DType::f64);
+  Tensor dout = Tensor::from_doubles(w, {B, T, kC}, DType::f64);
+  kernels::embedding_lookup_backward(dtable, dout, ids);
+  std::vector<double> want_grad = fd;
+  for (double& g : want_grad) g += 1.0;  // accumulated onto the 1s already there
+  expect_close(dtable.to_doubles(), want_grad, 1e-9, 1e-7, "dtable");
+}
+
 }  // namespace
 }  // namespace zt

@@ -29,8 +29,8 @@ void check_against_unfused(int64_t B, int64_t T, int NH, int64_t HS, uint64_t se
   Tensor qkvr = Tensor::empty({3, B, NH, T, HS}, DType::f64);
   Tensor att = Tensor::empty({B, NH, T, T}, DType::f64);
   Tensor dqkv_ref = Tensor::empty({B, T, 3 * C}, DType::f64);
-  kernels::attention_forward(out_ref, qkvr, att, qkv, NH);
-  kernels::attention_backward(dqkv_ref, dout, qkvr, att, NH);
+  kernels::attention_forward(out_ref, qkvr, att, qkv, NH, kernels::AttnKind::kCausal, nullptr);
+  kernels::attention_backward(dqkv_ref, dout, qkvr, att, NH, kernels::AttnKind::kCausal);
 
   Tensor out = Tensor::empty({B, T, C}, DType::f64);
   Tensor lse = Tensor::empty({B, NH, T}, DType::f32);

@@ -24,7 +24,8 @@ struct LayernormNaive {
   std::vector<double> out, mean, rstd;
 };
 
-LayernormNaive layernorm_naive(const Tensor& in, const Tensor& weight, const Tensor& bias) {
+LayernormNaive layernorm_naive(const Tensor& in, const Tensor& weight, const Tensor& bias,
+                               long double eps = static_cast<long double>(1e-5f)) {
   std::vector<double> x = in.to_doubles(), w = weight.to_doubles(), b = bias.to_doubles();
   LayernormNaive r;
   for (int64_t i = 0; i < N; ++i) {
@@ -33,7 +34,7 @@ LayernormNaive layernorm_naive(const Tensor& in, const Tensor& weight, const Ten
     m /= C;
     for (int64_t c = 0; c < C; ++c) var += (x[i * C + c] - m) * (x[i * C + c] - m);
     var /= C;  // biased, as torch.nn.LayerNorm
-    const long double rs = 1.0L / std::sqrt(var + 1e-5L);
+    const long double rs = 1.0L / std::sqrt(var + eps);
     for (int64_t c = 0; c < C; ++c) {
       r.out.push_back(static_cast<double>((x[i * C + c] - m) * rs * w[c] + b[c]));
     }
@@ -51,12 +52,28 @@ TEST(Layernorm, ForwardMatchesNaiveInBothDtypes) {
     Tensor bias = random_tensor({C}, dt, 3);
     Tensor out = Tensor::empty({B, T, C}, dt);
     Tensor mean = Tensor::empty({N}, dt), rstd = Tensor::empty({N}, dt);
-    kernels::layernorm_forward(out, mean, rstd, in, weight, bias);
+    kernels::layernorm_forward(out, mean, rstd, in, weight, bias, 1e-5f);
     LayernormNaive ref = layernorm_naive(in, weight, bias);
     const double tol = dt == DType::f64 ? 1e-12 : 2e-5;
     expect_close(out.to_doubles(), ref.out, tol, tol, "layernorm out");
     expect_close(mean.to_doubles(), ref.mean, tol, tol, "layernorm mean");
     expect_close(rstd.to_doubles(), ref.rstd, tol, tol, "layernorm rstd");
+  }
+}
+
+// BERT's eps (1e-12) against GPT-2's (1e-5) on rows of tiny variance, where the two differ a lot:
+// the kernel must use the eps it is given.
+TEST(Layernorm, UsesTheGivenEps) {
+  Tensor in = random_tensor({B, T, C}, DType::f64, 21, 1.0, 1.0 + 1e-4);
+  Tensor weight = random_tensor({C}, DType::f64, 22, 0.5, 1.5);
+  Tensor bias = random_tensor({C}, DType::f64, 23);
+  Tensor out = Tensor::empty({B, T, C}, DType::f64);
+  Tensor mean = Tensor::empty({N}, DType::f64), rstd = Tensor::empty({N}, DType::f64);
+  for (const float eps : {1e-12f, 1e-5f}) {
+    kernels::layernorm_forward(out, mean, rstd, in, weight, bias, eps);
+    LayernormNaive ref = layernorm_naive(in, weight, bias, static_cast<long double>(eps));
+    expect_close(rstd.to_doubles(), ref.rstd, 1e-9, 1e-9, "rstd with the given eps");
+    expect_close(out.to_doubles(), ref.out, 1e-9, 1e-9, "out with the given eps");
   }
 }
 
@@ -73,7 +90,7 @@ void layernorm_check_backward(Residual residual) {
   Tensor mean = Tensor::empty({N}, DType::f64), rstd = Tensor::empty({N}, DType::f64);
   const std::vector<double> w = random_weights(N * C, 7);
   auto loss = [&] {
-    kernels::layernorm_forward(out, mean, rstd, in, weight, bias);
+    kernels::layernorm_forward(out, mean, rstd, in, weight, bias, 1e-5f);
     return weighted_sum(out, w);
   };
   std::vector<double> fd_in = finite_difference(in, loss);
@@ -134,7 +151,7 @@ TEST(Layernorm, Float32BackwardMatchesFloat64) {
     Tensor dres = random_tensor({B, T, C}, dt, 14);
     Tensor out = Tensor::empty({B, T, C}, dt);
     Tensor mean = Tensor::empty({N}, dt), rstd = Tensor::empty({N}, dt);
-    kernels::layernorm_forward(out, mean, rstd, in, weight, bias);
+    kernels::layernorm_forward(out, mean, rstd, in, weight, bias, 1e-5f);
     grads[k][0] = Tensor::empty({B, T, C}, dt);
     grads[k][1] = Tensor::zeros({C}, dt);
     grads[k][2] = Tensor::zeros({C}, dt);

@@ -87,7 +87,7 @@ TEST(ParallelOps, LayernormMatchesNaiveAndDirectionalDifferences) {
   Tensor bias = random_tensor({C}, DType::f64, 7);
   Tensor out = Tensor::empty({N, C}, DType::f64);
   Tensor mean = Tensor::empty({N}, DType::f64), rstd = Tensor::empty({N}, DType::f64);
-  kernels::layernorm_forward(out, mean, rstd, in, weight, bias);
+  kernels::layernorm_forward(out, mean, rstd, in, weight, bias, 1e-5f);
   std::vector<double> x = in.to_doubles(), w = weight.to_doubles(), b = bias.to_doubles(), ref;
   for (int64_t i = 0; i < N; ++i) {
     long double m = 0, var = 0;
@@ -103,7 +103,7 @@ TEST(ParallelOps, LayernormMatchesNaiveAndDirectionalDifferences) {
 
   const std::vector<double> wts = random_weights(N * C, 8);
   auto loss = [&] {
-    kernels::layernorm_forward(out, mean, rstd, in, weight, bias);
+    kernels::layernorm_forward(out, mean, rstd, in, weight, bias, 1e-5f);
     return weighted_sum(out, wts);
   };
   loss();
@@ -174,7 +174,8 @@ TEST(ParallelOps, AttentionMatchesNaiveAndDirectionalDifferences) {
   Tensor out = Tensor::empty({B, T, C}, DType::f64);
   Tensor qkvr = Tensor::empty({3, B, NH, T, HS}, DType::f64);
   Tensor att = Tensor::empty({B, NH, T, T}, DType::f64);
-  kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH));
+  kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH), kernels::AttnKind::kCausal,
+                             nullptr);
   std::vector<double> q = qkv.to_doubles(), ref(B * T * C);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
@@ -202,13 +203,15 @@ TEST(ParallelOps, AttentionMatchesNaiveAndDirectionalDifferences) {
 
   const std::vector<double> w = random_weights(B * T * C, 19);
   auto loss = [&] {
-    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH));
+    kernels::attention_forward(out, qkvr, att, qkv, static_cast<int>(NH),
+                               kernels::AttnKind::kCausal, nullptr);
     return weighted_sum(out, w);
   };
   loss();
   Tensor dout = Tensor::from_doubles(w, {B, T, C}, DType::f64);
   Tensor dqkv = Tensor::empty({B, T, 3 * C}, DType::f64);
-  kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH));
+  kernels::attention_backward(dqkv, dout, qkvr, att, static_cast<int>(NH),
+                              kernels::AttnKind::kCausal);
   expect_directional(dqkv, qkv, loss, 20, "dqkv");
 }
 

@@ -25,6 +25,11 @@ constexpr DType accum_dtype(DType compute) {
   return compute == DType::f64 ? DType::f64 : DType::f32;
 }
 
+// Attention over every earlier key and the query itself (decoders), or over every key (encoders).
+enum class AttnKind : unsigned char { kCausal, kBidirectional };
+// Whether an op writes its output or adds to it.
+enum class Accumulate : unsigned char { kWrite, kAdd };
+
 // ---- optimizer arguments (the optimizer ops are in kernels/op_table.inc).
 enum class AdamMode : unsigned char { kL2 = 0, kAdamW = 1 };  // DeepSpeed adam_w_mode
 enum class BiasCorrection : unsigned char { kOff = 0, kOn = 1 };
@@ -75,6 +80,12 @@ struct LambArgs {
   float min_coeff = 0.01f;
   BiasCorrection bias_correction = BiasCorrection::kOn;
 };
+
+// ---- activation functions of activation_forward/backward (kernels/op_table.inc).
+// kGeluTanh: GPT-2's 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the gelu_* ops' function;
+// kGeluErf: BERT's exact 0.5 x (1 + erf(x / sqrt(2))); kRelu: max(x, 0), derivative 0 at 0;
+// kSilu: x sigmoid(x) (Llama's and Qwen2's MLP gate, through swiglu_*).
+enum class Activation : unsigned char { kGeluTanh, kGeluErf, kRelu, kSilu };
 
 // The fused attention kernels' reach: the CUDA kernels take bf16/f16 with head size 64 or 128;
 // the CPU reference (f32/f64) takes any shape.

@@ -1,8 +1,9 @@
-// CPU reference of causal multi-head self-attention (contract in kernels/ops.h), written as plain
-// loops so the math reads directly: permute qkv (B,T,3C) to qkvr (3,B,NH,T,HS); per head,
-// scores = q k^T / sqrt(HS) with u > t masked; att = softmax(scores) (max-subtracted);
-// out = att v, written back to (B,T,C). Assumes contiguous CPU tensors in the compute dtype,
-// f32 or f64; each (batch, head) pair is independent, so threads split those.
+// CPU reference of multi-head self-attention (causal, or bidirectional with a key padding mask)
+// (contract in kernels/ops.h), written as plain loops so the math reads directly: permute qkv
+// (B,T,3C) to qkvr (3,B,NH,T,HS); per head, scores = q k^T / sqrt(HS) with u > t (causal) and
+// padding keys masked; att = softmax(scores) (max-subtracted); out = att v, written back to
+// (B,T,C). Assumes contiguous CPU tensors in the compute dtype, f32 or f64; each (batch, head) pair
+// is independent, so threads split those.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -20,6 +21,13 @@ constexpr int64_t kParallelMinWork = int64_t{1} << 15;
 
 struct AttentionDims {
   int64_t B, T, C, NH, HS;
+  bool causal = true;
+  const int32_t* key_mask = nullptr;  // (B,T): 0 marks a padding key
+  // Keys query t may attend to end before this.
+  int64_t key_end(int64_t t) const { return causal ? t + 1 : T; }
+  bool masked(int64_t b, int64_t u) const {
+    return key_mask != nullptr && key_mask[b * T + u] == 0;
+  }
 };
 
 template <typename T>
@@ -50,24 +58,27 @@ void attention_forward_impl(T* out, T* qkvr, T* att, const T* qkv, const Attenti
     for (int64_t t = 0; t < d.T; ++t) {
       T* row = att + (bh * d.T + t) * d.T;
       const T* qt = q + t * d.HS;
+      const int64_t end = d.key_end(t);
       T maxv = -std::numeric_limits<T>::infinity();
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < end; ++u) {
+        if (d.masked(b, u)) continue;
         T dot = 0;
         for (int64_t i = 0; i < d.HS; ++i) dot += qt[i] * k[u * d.HS + i];
         row[u] = dot * scale;
         if (row[u] > maxv) maxv = row[u];
       }
       T sum = 0;
-      for (int64_t u = 0; u <= t; ++u) {
-        row[u] = std::exp(row[u] - maxv);
+      for (int64_t u = 0; u < end; ++u) {
+        row[u] = d.masked(b, u) ? T{0} : std::exp(row[u] - maxv);
         sum += row[u];
       }
-      const T inv = T{1} / sum;
-      for (int64_t u = 0; u <= t; ++u) row[u] *= inv;
-      for (int64_t u = t + 1; u < d.T; ++u) row[u] = 0;
+      // A query whose keys are all padding attends to nothing (output 0).
+      const T inv = sum > 0 ? T{1} / sum : T{0};
+      for (int64_t u = 0; u < end; ++u) row[u] *= inv;
+      for (int64_t u = end; u < d.T; ++u) row[u] = 0;
       T* o = out + (b * d.T + t) * d.C + h * d.HS;
       for (int64_t i = 0; i < d.HS; ++i) o[i] = 0;
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < end; ++u) {
         const T a = row[u];
         const T* vu = v + u * d.HS;
         for (int64_t i = 0; i < d.HS; ++i) o[i] += a * vu[i];
@@ -111,7 +122,7 @@ void attention_backward_impl(T* dqkv, const T* dout, const T* qkvr, const T* att
       const T* a = att + (bh * d.T + t) * d.T;
       const T* g = dout + (b * d.T + t) * d.C + h * d.HS;
       T weighted = 0;  // sum_u att[t,u] datt[t,u]
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < d.key_end(t); ++u) {
         const T* vu = v + u * d.HS;
         T* dvu = dv_base + u * row3;
         T dot = 0;
@@ -124,7 +135,7 @@ void attention_backward_impl(T* dqkv, const T* dout, const T* qkvr, const T* att
       }
       const T* qt = q + t * d.HS;
       T* dqt = dq_base + t * row3;
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < d.key_end(t); ++u) {
         const T ds = a[u] * (datt[u] - weighted) * scale;
         const T* ku = k + u * d.HS;
         T* dku = dk_base + u * row3;
@@ -153,7 +164,7 @@ void attention_check_saved(const Tensor& qkvr, const Tensor& att, const Attentio
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv, int num_heads,
-                       const Stream& s) {
+                       AttnKind kind, const Tensor* key_mask, const Stream& s) {
   ZT_ASSERT(out.device().is_cpu() && qkvr.device().is_cpu() && att.device().is_cpu() &&
                 qkv.device().is_cpu(),
             "attention_forward (cpu): all tensors must be on the CPU");
@@ -163,7 +174,15 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
   ZT_ASSERT(num_heads > 0 && C % num_heads == 0,
             "attention_forward: C = {} (qkv {}) is not divisible by num_heads = {}", C,
             qkv.shape().str(), num_heads);
-  const AttentionDims d{qkv.size(0), qkv.size(1), C, num_heads, C / num_heads};
+  AttentionDims d{qkv.size(0), qkv.size(1), C, num_heads, C / num_heads};
+  d.causal = kind == AttnKind::kCausal;
+  if (key_mask != nullptr) {
+    ZT_ASSERT(key_mask->device().is_cpu() && key_mask->dtype() == DType::i32 &&
+                  key_mask->numel() == d.B * d.T,
+              "attention_forward: key_mask {} {} is not (B,T) = ({},{}) i32 on the CPU",
+              key_mask->shape().str(), dtype_name(key_mask->dtype()), d.B, d.T);
+    d.key_mask = key_mask->data<int32_t>();
+  }
   ZT_ASSERT(out.ndim() == 3 && out.size(0) == d.B && out.size(1) == d.T && out.size(2) == d.C,
             "attention_forward: out {} is not (B,T,C) = ({},{},{})", out.shape().str(), d.B, d.T,
             d.C);
@@ -185,7 +204,7 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkvr, const Tensor& att,
-                        int num_heads, const Stream& s) {
+                        int num_heads, AttnKind kind, const Stream& s) {
   ZT_ASSERT(dqkv.device().is_cpu() && dout.device().is_cpu() && qkvr.device().is_cpu() &&
                 att.device().is_cpu(),
             "attention_backward (cpu): all tensors must be on the CPU");
@@ -194,7 +213,8 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkvr, co
   ZT_ASSERT(num_heads > 0 && C % num_heads == 0,
             "attention_backward: C = {} (dout {}) is not divisible by num_heads = {}", C,
             dout.shape().str(), num_heads);
-  const AttentionDims d{dout.size(0), dout.size(1), C, num_heads, C / num_heads};
+  AttentionDims d{dout.size(0), dout.size(1), C, num_heads, C / num_heads};
+  d.causal = kind == AttnKind::kCausal;
   ZT_ASSERT(
       dqkv.ndim() == 3 && dqkv.size(0) == d.B && dqkv.size(1) == d.T && dqkv.size(2) == 3 * d.C,
       "attention_backward: dqkv {} is not (B,T,3C) = ({},{},{})", dqkv.shape().str(), d.B, d.T,

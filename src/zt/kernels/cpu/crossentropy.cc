@@ -35,6 +35,10 @@ void crossentropy_forward_impl(T* losses, const T* logits, const int32_t* target
 #pragma omp parallel for if (parallel : d.N * d.V >= kParallelMinWork)
   for (int64_t i = 0; i < d.N; ++i) {
     const T* row = logits + i * d.Vp;
+    if (targets[i] < 0) {  // not counted (transformers' ignore index)
+      losses[i] = 0;
+      continue;
+    }
     T maxv, sum;
     crossentropy_row_stats(row, d.V, maxv, sum);
     losses[i] = maxv + std::log(sum) - row[targets[i]];
@@ -47,9 +51,14 @@ void crossentropy_fused_impl(T* losses, T* logits, const int32_t* targets, T dlo
 #pragma omp parallel for if (parallel : d.N * d.Vp >= kParallelMinWork)
   for (int64_t i = 0; i < d.N; ++i) {
     T* row = logits + i * d.Vp;
+    const int64_t target = targets[i];
+    if (target < 0) {  // not counted: no loss, no gradient
+      losses[i] = 0;
+      for (int64_t j = 0; j < d.Vp; ++j) row[j] = 0;
+      continue;
+    }
     T maxv, sum;
     crossentropy_row_stats(row, d.V, maxv, sum);
-    const int64_t target = targets[i];
     losses[i] = maxv + std::log(sum) - row[target];
     const T inv = T{1} / sum;
     for (int64_t j = 0; j < d.V; ++j) {
@@ -78,8 +87,7 @@ CrossEntropyDims crossentropy_check(const Tensor& losses, const Tensor& logits,
             losses.shape().str(), dtype_name(losses.dtype()), d.N, dtype_name(logits.dtype()));
   const int32_t* t = targets.data<int32_t>();
   for (int64_t i = 0; i < d.N; ++i) {
-    ZT_ASSERT(t[i] >= 0 && t[i] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[i], i,
-              vocab);
+    ZT_ASSERT(t[i] < vocab, "{}: target {} at row {} is outside [0, {})", op, t[i], i, vocab);
   }
   return d;
 }

@@ -136,4 +136,85 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
   }
 }
 
+namespace {
+
+template <typename T>
+void lookup_forward_impl(T* out, const int32_t* ids, const T* table, int64_t n, int64_t C,
+                         Accumulate mode) {
+#pragma omp parallel for if (parallel : n * C >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const T* row = table + static_cast<int64_t>(ids[i]) * C;
+    T* o = out + i * C;
+    if (mode == Accumulate::kAdd) {
+      for (int64_t c = 0; c < C; ++c) o[c] += row[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) o[c] = row[c];
+    }
+  }
+}
+
+template <typename T>
+void lookup_backward_impl(T* dtable, const T* dout, const int32_t* ids, int64_t n, int64_t C) {
+  // Several positions may carry the same id: threads own blocks of columns (no write races).
+  constexpr int64_t kBlock = 64;
+  const int64_t num_blocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for if (parallel : n * C >= kParallelMinWork)
+  for (int64_t blk = 0; blk < num_blocks; ++blk) {
+    const int64_t c0 = blk * kBlock;
+    const int64_t c1 = c0 + kBlock < C ? c0 + kBlock : C;
+    for (int64_t i = 0; i < n; ++i) {
+      T* g = dtable + static_cast<int64_t>(ids[i]) * C;
+      const T* src = dout + i * C;
+      for (int64_t c = c0; c < c1; ++c) g[c] += src[c];
+    }
+  }
+}
+
+void lookup_check(const Tensor& ids, const Tensor& table, const Tensor& act, const char* op) {
+  ZT_ASSERT(ids.device().is_cpu() && table.device().is_cpu() && act.device().is_cpu(),
+            "{} (cpu): all tensors must be on the CPU", op);
+  ZT_ASSERT(ids.dtype() == DType::i32, "{}: ids must be i32, got {}", op, dtype_name(ids.dtype()));
+  ZT_ASSERT(table.ndim() == 2 && act.numel() == ids.numel() * table.size(1),
+            "{}: activations {} are not ids {} x table width {}", op, act.shape().str(),
+            ids.shape().str(), table.ndim() == 2 ? table.size(1) : -1);
+  embedding_check_tokens(ids.data<int32_t>(), ids.numel(), table.size(0));
+}
+
+}  // namespace
+
+void embedding_lookup_forward(Tensor& out, const Tensor& ids, const Tensor& table, Accumulate mode,
+                              const Stream& s) {
+  lookup_check(ids, table, out, "embedding_lookup_forward");
+  ZT_ASSERT(out.dtype() == table.dtype(), "embedding_lookup_forward: out {} and table {} differ",
+            dtype_name(out.dtype()), dtype_name(table.dtype()));
+  if (out.dtype() == DType::f32) {
+    lookup_forward_impl(out.data<float>(), ids.data<int32_t>(), table.data<float>(), ids.numel(),
+                        table.size(1), mode);
+  } else {
+    ZT_ASSERT(out.dtype() == DType::f64,
+              "embedding_lookup_forward: CPU compute dtype must be f32 or f64, got {}",
+              dtype_name(out.dtype()));
+    lookup_forward_impl(out.data<double>(), ids.data<int32_t>(), table.data<double>(), ids.numel(),
+                        table.size(1), mode);
+  }
+}
+
+void embedding_lookup_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids,
+                               const Stream& s) {
+  lookup_check(ids, dtable, dout, "embedding_lookup_backward");
+  ZT_ASSERT(dtable.dtype() == accum_dtype(dout.dtype()),
+            "embedding_lookup_backward: dtable {} must be the accum dtype of dout {}",
+            dtype_name(dtable.dtype()), dtype_name(dout.dtype()));
+  if (dout.dtype() == DType::f32) {
+    lookup_backward_impl(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), ids.numel(),
+                         dtable.size(1));
+  } else {
+    ZT_ASSERT(dout.dtype() == DType::f64,
+              "embedding_lookup_backward: CPU compute dtype must be f32 or f64, got {}",
+              dtype_name(dout.dtype()));
+    lookup_backward_impl(dtable.data<double>(), dout.data<double>(), ids.data<int32_t>(),
+                         ids.numel(), dtable.size(1));
+  }
+}
+
 }  // namespace zt::kernels::cpu

@@ -1,6 +1,7 @@
-// CPU reference of layernorm over the last dimension (contract in kernels/ops.h): eps 1e-5 and the
-// biased variance, as PyTorch and llm.c. Assumes contiguous CPU tensors; compute dtype f32 or f64
-// (the accumulator dtype equals it on the CPU, so mean/rstd/dweight/dbias share its element type).
+// CPU reference of layernorm over the last dimension (contract in kernels/ops.h): the caller's eps
+// and the biased variance, as PyTorch and llm.c. Assumes contiguous CPU tensors; compute dtype f32
+// or f64 (the accumulator dtype equals it on the CPU, so mean/rstd/dweight/dbias share its element
+// type).
 #include <cmath>
 #include <cstdint>
 
@@ -14,11 +15,9 @@ namespace {
 // models).
 constexpr int64_t kParallelMinWork = int64_t{1} << 15;
 
-constexpr double kLayernormEps = 1e-5;
-
 template <typename T>
 void layernorm_forward_impl(T* out, T* mean, T* rstd, const T* in, const T* weight, const T* bias,
-                            int64_t N, int64_t C) {
+                            int64_t N, int64_t C, T eps) {
 #pragma omp parallel for if (parallel : N * C >= kParallelMinWork)
   for (int64_t i = 0; i < N; ++i) {
     const T* x = in + i * C;
@@ -29,7 +28,7 @@ void layernorm_forward_impl(T* out, T* mean, T* rstd, const T* in, const T* weig
     T var = 0;
     for (int64_t c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
     var /= static_cast<T>(C);
-    const T r = T{1} / std::sqrt(var + static_cast<T>(kLayernormEps));
+    const T r = T{1} / std::sqrt(var + static_cast<T>(eps));
     T* o = out + i * C;
     for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
     mean[i] = m;
@@ -95,7 +94,8 @@ int64_t layernorm_rows(const Tensor& t, int64_t C, const char* op, const char* n
 }  // namespace
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in,
-                       const Tensor& weight, const Tensor& bias, const Stream& s) {
+                       const Tensor& weight, const Tensor& bias, float eps, const Stream& s) {
+  ZT_ASSERT(eps > 0.0f, "layernorm_forward: eps {} must be positive", eps);
   ZT_ASSERT(out.device().is_cpu() && mean.device().is_cpu() && rstd.device().is_cpu() &&
                 in.device().is_cpu() && weight.device().is_cpu() && bias.device().is_cpu(),
             "layernorm_forward (cpu): all tensors must be on the CPU");
@@ -119,12 +119,13 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
             dtype_name(mean.dtype()), dtype_name(rstd.dtype()), dtype_name(dt));
   if (dt == DType::f32) {
     layernorm_forward_impl(out.data<float>(), mean.data<float>(), rstd.data<float>(),
-                           in.data<float>(), weight.data<float>(), bias.data<float>(), N, C);
+                           in.data<float>(), weight.data<float>(), bias.data<float>(), N, C, eps);
   } else {
     ZT_ASSERT(dt == DType::f64, "layernorm_forward: CPU compute dtype must be f32 or f64, got {}",
               dtype_name(dt));
     layernorm_forward_impl(out.data<double>(), mean.data<double>(), rstd.data<double>(),
-                           in.data<double>(), weight.data<double>(), bias.data<double>(), N, C);
+                           in.data<double>(), weight.data<double>(), bias.data<double>(), N, C,
+                           static_cast<double>(eps));
   }
 }
 

@@ -1,10 +1,10 @@
-// CUDA causal multi-head attention forward/backward (contract in kernels/ops.h), as llm.c: a
-// permute kernel from (B,T,3C) to per-head q,k,v (3,B,NH,T,HS), batched cuBLASLt GEMMs over the
-// B*NH heads for q k^T and att v, and a fused causal softmax (scale 1/sqrt(HS)). The scores and
-// their gradient are kept in f32 scratch (for f32 the `att` buffer itself, in place) so that 16-bit
-// compute rounds them once, at the probabilities. Scratch comes from the caching allocator on the
-// op's stream. Backward: dv = att^T dy, datt = dy v^T, softmax backward (causal), dq = dpre k
-// scale, dk = dpre^T q scale, permuted back into dqkv.
+// CUDA multi-head attention forward/backward, causal or bidirectional with a key padding mask
+// (contract in kernels/ops.h), as llm.c: a permute kernel from (B,T,3C) to per-head q,k,v
+// (3,B,NH,T,HS), batched cuBLASLt GEMMs over the B*NH heads for q k^T and att v, and a fused causal
+// softmax (scale 1/sqrt(HS)). The scores and their gradient are kept in f32 scratch (for f32 the
+// `att` buffer itself, in place) so that 16-bit compute rounds them once, at the probabilities.
+// Scratch comes from the caching allocator on the op's stream. Backward: dv = att^T dy, datt = dy
+// v^T, softmax backward (causal), dq = dpre k scale, dk = dpre^T q scale, permuted back into dqkv.
 #include <cmath>
 
 #include "zt/kernels/cuda/cuda_common.cuh"
@@ -48,22 +48,33 @@ __global__ void permute_heads_kernel(T* dst, const T* src, int64_t parts, int64_
 // att[row, u] = softmax_u(scores[row, u]) for u <= t (row = (b, h, t)), 0 for u > t. The scores
 // already carry the 1/sqrt(HS) scale (GEMM alpha). att may alias scores (f32): each lane reads an
 // element before writing it.
+// Bidirectional attention (causal == 0) takes every key; key_mask (B, T), when not null, drops
+// the keys it marks 0 (padding); a row left with no key attends to nothing (all zeros).
 template <typename T>
-__global__ void causal_softmax_kernel(T* att, const float* scores, int64_t rows, int64_t T_len) {
+__global__ void causal_softmax_kernel(T* att, const float* scores, int64_t rows, int64_t T_len,
+                                      int64_t NH, int causal, const int32_t* key_mask) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
   const int64_t t = row % T_len;
+  const int64_t end = causal ? t + 1 : T_len;
+  const int32_t* mask = key_mask == nullptr ? nullptr : key_mask + row / (NH * T_len) * T_len;
   const float* s = scores + row * T_len;
   T* a = att + row * T_len;
+  auto keep = [&](int64_t u) { return u < end && (mask == nullptr || mask[u] != 0); };
   float m = -INFINITY;
-  for (int64_t u = lane; u <= t; u += kWarpSize) m = fmaxf(m, s[u]);
+  for (int64_t u = lane; u < end; u += kWarpSize) {
+    if (keep(u)) m = fmaxf(m, s[u]);
+  }
   m = warp_max(m);
   float sum = 0.0f;
-  for (int64_t u = lane; u <= t; u += kWarpSize) sum += expf(s[u] - m);
-  const float inv = 1.0f / warp_sum(sum);
+  for (int64_t u = lane; u < end; u += kWarpSize) {
+    if (keep(u)) sum += expf(s[u] - m);
+  }
+  sum = warp_sum(sum);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
   for (int64_t u = lane; u < T_len; u += kWarpSize) {
-    a[u] = from_f32<T>(u <= t ? expf(s[u] - m) * inv : 0.0f);
+    a[u] = from_f32<T>(keep(u) ? expf(s[u] - m) * inv : 0.0f);
   }
 }
 
@@ -71,11 +82,13 @@ __global__ void causal_softmax_kernel(T* att, const float* scores, int64_t rows,
 // diagonal (without the scale, applied by the dq/dk GEMMs). dpre may alias datt (f32).
 template <typename T>
 __global__ void causal_softmax_backward_kernel(T* dpre, const float* datt, const T* att,
-                                               int64_t rows, int64_t T_len) {
+                                               int64_t rows, int64_t T_len, int causal) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
-  const int64_t t = row % T_len;
+  // Masked keys have att = 0, so they drop out of the sums below by themselves; only the causal
+  // bound saves work.
+  const int64_t t = causal ? row % T_len : T_len - 1;
   const float* g = datt + row * T_len;
   const T* a = att + row * T_len;
   T* d = dpre + row * T_len;
@@ -140,7 +153,7 @@ GemmArgs head_gemm(const AttnShape& a, int64_t rows, int64_t cols, int64_t inner
 }  // namespace
 
 void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv, int num_heads,
-                       const Stream& s) {
+                       AttnKind kind, const Tensor* key_mask, const Stream& s) {
   const char* op = "attention_forward";
   const AttnShape a = attention_shape(qkv, num_heads, op);
   const DType dt = qkv.dtype();
@@ -151,6 +164,11 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
   check_dtype(att, dt, op, "att");
   check_numel(att, a.B * a.NH * a.T * a.T, op, "att");
   check_same_device(qkv, out, op);
+  if (key_mask != nullptr) {
+    check_dtype(*key_mask, DType::i32, op, "key_mask");
+    check_numel(*key_mask, a.B * a.T, op, "key_mask");
+    check_same_device(qkv, *key_mask, op);
+  }
   if (a.B * a.T == 0) return;
   DeviceGuard guard(qkv.device());
   const cudaStream_t stream = stream_of(s);
@@ -177,7 +195,9 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
     gemm(g, stream);
     causal_softmax_kernel<T>
         <<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), kThreads, 0, stream>>>(
-            ptr<T>(att), static_cast<const float*>(scores), rows, a.T);
+            ptr<T>(att), static_cast<const float*>(scores), rows, a.T, a.NH,
+            kind == AttnKind::kCausal ? 1 : 0,
+            key_mask == nullptr ? nullptr : ptr<const int32_t>(*key_mask));
     ZT_CUDA_CHECK_LAUNCH();
     // y = att v, then back to (B, T, C)
     gemm(head_gemm(a, a.T, a.HS, a.T, att.data(), Transpose::kNo, v, Transpose::kNo, yr.data(), dt,
@@ -188,7 +208,7 @@ void attention_forward(Tensor& out, Tensor& qkvr, Tensor& att, const Tensor& qkv
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkvr, const Tensor& att,
-                        int num_heads, const Stream& s) {
+                        int num_heads, AttnKind kind, const Stream& s) {
   const char* op = "attention_backward";
   const AttnShape a = attention_shape(dqkv, num_heads, op);
   const DType dt = dqkv.dtype();
@@ -232,7 +252,8 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkvr, co
          stream);
     causal_softmax_backward_kernel<T>
         <<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), kThreads, 0, stream>>>(
-            static_cast<T*>(dpre), ptr<const float>(datt), ptr<const T>(att), rows, a.T);
+            static_cast<T*>(dpre), ptr<const float>(datt), ptr<const T>(att), rows, a.T,
+            kind == AttnKind::kCausal ? 1 : 0);
     ZT_CUDA_CHECK_LAUNCH();
     // dq = dpre k / sqrt(HS); dk = dpre^T q / sqrt(HS)
     const float scale = 1.0f / std::sqrt(static_cast<float>(a.HS));

@@ -20,7 +20,14 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
   __shared__ float target_logit;
   T* row = logits + blockIdx.x * vp;
   const int32_t target = targets[blockIdx.x];
-  if (target < 0 || target >= vocab) __trap();
+  if (target >= vocab) __trap();
+  if (target < 0) {  // not counted (transformers' ignore index): no loss, no gradient
+    if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
+    if constexpr (kMode == CeMode::kFused) {
+      for (int64_t j = threadIdx.x; j < vp; j += blockDim.x) row[j] = from_f32<T>(0.0f);
+    }
+    return;
+  }
   // Read before any thread of the block can overwrite the row (the reductions below are barriers).
   if (threadIdx.x == 0) target_logit = to_f32(row[target]);
 

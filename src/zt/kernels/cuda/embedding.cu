@@ -107,4 +107,80 @@ void embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Te
   });
 }
 
+namespace {
+
+template <typename T>
+__global__ void lookup_forward_kernel(T* out, const int32_t* ids, const T* table, int64_t n,
+                                      int64_t C, int64_t rows, int accumulate) {
+  const int64_t total = n * C;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = i / C;
+    const int64_t c = i - k * C;
+    const int32_t id = ids[k];
+    if (id < 0 || id >= rows) __trap();
+    const float v = to_f32(table[id * C + c]);
+    out[i] = from_f32<T>(accumulate ? to_f32(out[i]) + v : v);
+  }
+}
+
+template <typename T>
+__global__ void lookup_backward_kernel(float* dtable, const T* dout, const int32_t* ids, int64_t n,
+                                       int64_t C, int64_t rows) {
+  const int64_t total = n * C;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = i / C;
+    const int64_t c = i - k * C;
+    const int32_t id = ids[k];
+    if (id < 0 || id >= rows) __trap();
+    atomicAdd(dtable + id * C + c, to_f32(dout[i]));
+  }
+}
+
+void lookup_check(const Tensor& ids, const Tensor& table, const Tensor& act, const char* op) {
+  check_dtype(ids, DType::i32, op, "ids");
+  check_cuda(act, op, "activations");
+  ZT_ASSERT(table.ndim() == 2, "{}: table {} must be (rows, C)", op, table.shape().str());
+  check_numel(act, ids.numel() * table.size(1), op, "activations");
+  check_same_device(ids, table, op);
+  check_same_device(ids, act, op);
+}
+
+}  // namespace
+
+void embedding_lookup_forward(Tensor& out, const Tensor& ids, const Tensor& table, Accumulate mode,
+                              const Stream& s) {
+  const char* op = "embedding_lookup_forward";
+  lookup_check(ids, table, out, op);
+  check_dtype(out, table.dtype(), op, "out");
+  const int64_t n = ids.numel() * table.size(1);
+  if (n == 0) return;
+  DeviceGuard guard(out.device());
+  dispatch_compute(table.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    lookup_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<T>(out), ptr<const int32_t>(ids), ptr<const T>(table), ids.numel(), table.size(1),
+        table.size(0), mode == Accumulate::kAdd ? 1 : 0);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void embedding_lookup_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids,
+                               const Stream& s) {
+  const char* op = "embedding_lookup_backward";
+  lookup_check(ids, dtable, dout, op);
+  check_dtype(dtable, DType::f32, op, "dtable");
+  const int64_t n = ids.numel() * dtable.size(1);
+  if (n == 0) return;
+  DeviceGuard guard(dout.device());
+  dispatch_compute(dout.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    lookup_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<float>(dtable), ptr<const T>(dout), ptr<const int32_t>(ids), ids.numel(),
+        dtable.size(1), dtable.size(0));
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace zt::kernels::cuda

@@ -1,21 +1,22 @@
-// CUDA layernorm forward/backward over the last dimension C (contract in kernels/ops.h), eps 1e-5,
-// biased variance, as the CPU reference. One warp per row; statistics and parameter gradients in
-// f32. Backward: each block sums its rows' dweight/dbias contributions in shared memory, then adds
-// them to the f32 gradients with one atomic per column, so dweight/dbias accumulate (+=).
-// din may alias dout or dresidual: each lane reads an element before it writes the same element.
+// CUDA layernorm forward/backward over the last dimension C (contract in kernels/ops.h), the
+// caller's eps, biased variance, as the CPU reference. One warp per row; statistics and parameter
+// gradients in f32. Backward: each block sums its rows' dweight/dbias contributions in shared
+// memory, then adds them to the f32 gradients with one atomic per column, so dweight/dbias
+// accumulate (+=). din may alias dout or dresidual: each lane reads an element before it writes the
+// same element.
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 
 namespace zt::kernels::cuda {
 namespace {
 
-constexpr float kLayernormEps = 1e-5f;
 constexpr int kThreads = 256;  // 8 warps, 8 rows at a time per block
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
 
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* in,
-                                         const T* weight, const T* bias, int64_t rows, int C) {
+                                         const T* weight, const T* bias, int64_t rows, int C,
+                                         float eps) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= rows) return;  // whole warps leave together
@@ -30,7 +31,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
     const float d = to_f32(x[c]) - m;
     var += d * d;
   }
-  const float r = rsqrtf(warp_sum(var) / static_cast<float>(C) + kLayernormEps);
+  const float r = rsqrtf(warp_sum(var) / static_cast<float>(C) + eps);
   T* o = out + row * C;
   for (int c = lane; c < C; c += kWarpSize) {
     o[c] = from_f32<T>((to_f32(x[c]) - m) * r * to_f32(weight[c]) + to_f32(bias[c]));
@@ -121,8 +122,9 @@ LnShape layernorm_shape(const Tensor& in, const Tensor& weight, const Tensor& bi
 }  // namespace
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in,
-                       const Tensor& weight, const Tensor& bias, const Stream& s) {
+                       const Tensor& weight, const Tensor& bias, float eps, const Stream& s) {
   const char* op = "layernorm_forward";
+  ZT_ASSERT(eps > 0.0f, "{}: eps {} must be positive", op, eps);
   const LnShape sh = layernorm_shape(in, weight, bias, op);
   check_dtype(out, in.dtype(), op, "out");
   check_numel(out, in.numel(), op, "out");
@@ -137,7 +139,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
     const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
     layernorm_forward_kernel<T><<<grid, kThreads, 0, stream_of(s)>>>(
         ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight),
-        ptr<const T>(bias), sh.rows, sh.C);
+        ptr<const T>(bias), sh.rows, sh.C, eps);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
