@@ -206,7 +206,7 @@ int cmd_train(const Args& args) {
     auto vs = parse_int("--vocab-size", *v, 2);
     if (!vs) return fail(vs.status());
     mc->vocab_size = static_cast<int>(*vs);
-    mc->padded_vocab_size = nn::gpt2_padded_vocab(mc->vocab_size);
+    mc->padded_vocab_size = nn::padded_vocab(mc->vocab_size);
   }
   auto seq = int_flag("--seq-len", model_name == "gpt2-tiny" ? 128 : mc->max_seq_len, 2);
   if (!seq) return fail(seq.status());

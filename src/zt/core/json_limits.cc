@@ -33,4 +33,13 @@ Status json_nesting_check(std::string_view text, std::string_view source, int ma
   return Status::ok();
 }
 
+Result<nlohmann::json> json_parse_checked(std::string_view text, std::string_view source) {
+  ZT_RETURN_IF_ERROR(json_nesting_check(text, source));
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument("{}: not valid JSON: {}", source, e.what());
+  }
+}
+
 }  // namespace zt

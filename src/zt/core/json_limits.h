@@ -6,6 +6,8 @@
 
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "zt/core/status.h"
 
 namespace zt {
@@ -16,5 +18,9 @@ constexpr int kJsonMaxDepth = 256;
 // `source` and the line where the limit is crossed.
 Status json_nesting_check(std::string_view text, std::string_view source,
                           int max_depth = kJsonMaxDepth);
+
+// json_nesting_check, then a parse that returns a syntax error as one line naming `source` (no
+// exception escapes).
+Result<nlohmann::json> json_parse_checked(std::string_view text, std::string_view source);
 
 }  // namespace zt

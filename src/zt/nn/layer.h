@@ -21,6 +21,10 @@ struct Context {
   DType compute_dtype = DType::f32;  // kernel dtype of activations and the parameters' copy
   Mode mode = Mode::kTrain;
   const Tensor* targets = nullptr;  // (B,T) i32 on device; null: no loss (generation)
+  // Encoders' inputs beside the tokens, (B,T) i32 on device, null when absent: the attention
+  // mask (1 real token, 0 padding) and BERT's token types.
+  const Tensor* attention_mask = nullptr;
+  const Tensor* token_types = nullptr;
   // d(total loss)/d(per-token loss): the engine sets loss_scale / (GAS * tokens per micro-batch),
   // so the head's fused cross-entropy writes gradients of the scaled, averaged loss directly.
   float dloss = 1.0f;
@@ -52,8 +56,11 @@ class Unit {
   virtual Tensor forward(Context& ctx, const Tensor& in) = 0;
   virtual Tensor backward(Context& ctx, const Tensor& dout) = 0;
 
- protected:
+  // Registers a parameter in this unit's flat buffer (layers of nn/layers/ call it for the unit
+  // that owns them: the unit, not the layer, is ZeRO's granule).
   Param& add_param(std::string name, Shape shape, ParamInit init, float std = 0.02f);
+
+ protected:
   void add_extra_unit(int index) { extra_units_.push_back(index); }
 
  private:

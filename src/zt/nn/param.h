@@ -14,6 +14,16 @@ namespace zt::nn {
 
 enum class ParamInit : unsigned char { kNormal, kZeros, kOnes };
 
+// Where a parameter's initial values come from instead of its ParamInit rule: a tensor (or
+// several, concatenated) in a model's weight files. read() writes elements [lo, hi) of the
+// parameter (row-major in the parameter's own shape) as f32; a rank reads only the ranges it
+// keeps. Sources check their files when they are made, so read() fails only on an I/O error.
+class ParamSource {
+ public:
+  virtual ~ParamSource() = default;
+  virtual void read(int64_t lo, int64_t hi, float* out) const = 0;
+};
+
 struct Param {
   std::string name;  // "h.3.attn.c_attn.weight"
   Shape shape;
@@ -22,6 +32,7 @@ struct Param {
   int64_t offset = 0;  // elements from the start of its unit's flat buffer
   Tensor value;        // view into the unit's compute-dtype flat buffer (bound by the engine)
   Tensor grad;         // view into the unit's gradient flat buffer (accum dtype)
+  std::shared_ptr<const ParamSource> source;  // set when the values come from weight files
   int64_t numel() const { return shape.numel(); }
 };
 

@@ -75,6 +75,10 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
     const int64_t lo = std::max<int64_t>(0, begin - p->offset);
     const int64_t hi = std::min<int64_t>(p->numel(), end - p->offset);
     if (lo >= hi) continue;
+    if (p->source != nullptr) {  // from the model's weight files, only the range asked for
+      p->source->read(lo, hi, at(p, lo));
+      continue;
+    }
     switch (p->init) {
       case nn::ParamInit::kZeros:
         std::fill(at(p, lo), at(p, hi), 0.0f);

@@ -294,7 +294,8 @@ inline bool should_prefetch(int64_t prefetch_elements, int64_t max_live_elements
   return prefetch_elements > 0 && live_elements < max_live_elements;
 }
 
-// Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params.
+// Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params: read
+// from the weight files for parameters with a source (nn/param.h), else drawn by their ParamInit.
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed);
 // The same values for elements [begin, end) of the flat buffer only, written to out[0, end -
 // begin): what a rank holding one chunk of the unit needs (it draws and holds no more).

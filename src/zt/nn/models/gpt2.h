@@ -1,14 +1,13 @@
 // GPT-2: token + position embedding, L pre-norm transformer blocks (causal self-attention and a
-// 4x GELU MLP), a final layernorm and a language-model head tied to the token embedding. GPT-2's
-// initialisation: N(0, 0.02) weights, residual projections N(0, 0.02/sqrt(2L)), zero biases,
-// unit layernorm gains. Units: [embedding, block 0..L-1, head]; the head reads the embedding's wte
-// (tied), declared as an extra unit.
+// 4x GELU MLP), a final layernorm and a language-model head tied to the token embedding, built as
+// a Transformer (models/transformer.h). GPT-2's initialisation: N(0, 0.02) weights, positions
+// N(0, 0.01), residual projections N(0, 0.02/sqrt(2L)), zero biases, unit layernorm gains.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "zt/nn/model.h"
+#include "zt/nn/models/transformer.h"
 
 namespace zt::nn {
 
@@ -28,16 +27,14 @@ struct Gpt2Config {
 // gpt-50b (60 x 8192) and gpt-65b (80 x 8192), head size 128.
 Result<Gpt2Config> gpt2_config_named(std::string_view name);
 std::vector<std::string> gpt2_config_names();
-// Rounds vocab up to a multiple of 64 (tiny vocabularies) or 128.
-int gpt2_padded_vocab(int vocab);
+// The Transformer configuration of a GPT-2 shape.
+TransformerConfig gpt2_transformer_config(const Gpt2Config& c);
 
-class Gpt2 : public Model {
+class Gpt2 : public Transformer {
  public:
-  explicit Gpt2(const Gpt2Config& config);
-  std::string name() const override { return "gpt2"; }
-  int64_t vocab_size() const override { return config_.vocab_size; }
+  explicit Gpt2(const Gpt2Config& config)
+      : Transformer(gpt2_transformer_config(config)), config_(config) {}
   const Gpt2Config& config() const { return config_; }
-  nlohmann::json config_json() const override;
 
  private:
   Gpt2Config config_;

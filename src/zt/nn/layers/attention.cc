@@ -1,0 +1,93 @@
+#include "zt/nn/layers/attention.h"
+
+#include <cstdlib>
+#include <string_view>
+
+namespace zt::nn {
+
+bool want_flash(Device device, DType dtype, int64_t head_size) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ZT_FLASH_ATTENTION");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  // The CPU keeps the unfused reference, faster there.
+  return enabled && device.is_cuda() &&
+         kernels::flash_attention_supported(device, dtype, head_size);
+}
+
+Attention::Attention(Unit& unit, const AttentionNames& names, const AttentionConfig& config,
+                     Rotary* rotary)
+    : config_(config),
+      rotary_(rotary),
+      qkv_(unit, names.qkv, config.hidden,
+           (config.n_heads + 2 * config.n_kv_heads) * config.head_dim, config.qkv_bias,
+           config.init_std),
+      out_(unit, names.out, config.n_heads * config.head_dim, config.hidden, config.out_bias,
+           config.out_init_std) {
+  ZT_ASSERT(config.n_heads > 0 && config.n_kv_heads > 0 && config.n_heads % config.n_kv_heads == 0,
+            "attention: {} heads are not a multiple of {} key/value heads", config.n_heads,
+            config.n_kv_heads);
+}
+
+Tensor Attention::forward(Context& ctx, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int NH = config_.n_heads;
+  const int64_t HS = config_.head_dim, A = NH * HS;
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  Tensor qkv = qkv_.forward(ctx, x).reshape({B, T, qkv_.out_features()});
+  if (expanded()) {
+    // Rotary and the kv heads' repetition in one pass, into the multi-head layout the attention
+    // kernels read (backward needs only the same tables, not this input).
+    Tensor full = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
+    const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+    const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+    kernels::qkv_expand_forward(full, qkv, NH, config_.n_kv_heads, cos, sin, 0, s);
+    qkv = full;
+  }
+  atty_ = Tensor::empty({B, T, A}, dt, ctx.device, s);
+  const Tensor* mask = ctx.attention_mask;
+  flash_ = config_.kind == kernels::AttnKind::kCausal && mask == nullptr &&
+           want_flash(ctx.device, dt, HS);
+  if (flash_) {
+    qkv_full_ = qkv;
+    lse_ = Tensor::empty({B, NH, T}, DType::f32, ctx.device, s);
+    kernels::flash_attention_forward(atty_, lse_, qkv, NH, s);
+  } else {
+    qkvr_ = Tensor::empty({3, B, NH, T, HS}, dt, ctx.device, s);
+    att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
+    kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
+  }
+  return out_.forward(ctx, atty_).reshape({B, T, config_.hidden});
+}
+
+void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {
+  const int64_t B = x.size(0), T = x.size(1);
+  const int NH = config_.n_heads;
+  const int64_t A = NH * config_.head_dim;
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  Tensor datty = Tensor::empty({B, T, A}, dt, ctx.device, s);
+  out_.backward(ctx, dout, atty_, &datty);
+  Tensor dqkv = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
+  if (flash_) {
+    kernels::flash_attention_backward(dqkv, datty, qkv_full_, atty_, lse_, NH, s);
+  } else {
+    kernels::attention_backward(dqkv, datty, qkvr_, att_, NH, config_.kind, s);
+  }
+  if (expanded()) {
+    Tensor draw = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
+    const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+    const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+    kernels::qkv_expand_backward(draw, dqkv, NH, config_.n_kv_heads, cos, sin, 0, s);
+    dqkv = draw;
+  }
+  qkv_.backward(ctx, dqkv, x, &dx);
+  release();
+}
+
+void Attention::release() {
+  atty_ = qkv_full_ = lse_ = qkvr_ = att_ = Tensor();
+}
+
+}  // namespace zt::nn

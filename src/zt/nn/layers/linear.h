@@ -1,0 +1,43 @@
+// The layer library: the pieces every model family is built from (DESIGN.md's layers). A layer is
+// not a unit: it registers its parameters with the unit that owns it (the unit stays ZeRO's
+// granule) and computes through kernels/ops.h. Layers keep no activations they can do without:
+// backward takes forward's input from the caller, who keeps it or recomputes it.
+#pragma once
+
+#include <string>
+
+#include "zt/nn/layer.h"
+
+namespace zt::nn {
+
+enum class Bias : unsigned char { kNone, kWith };
+
+// y = x W^T (+ b): x (N, in) -> y (N, out); W (out, in), the layout of torch.nn.Linear.
+class Linear {
+ public:
+  // Parameters `name`.weight (N(0, init_std)) and `name`.bias (zeros) when `bias` is kWith.
+  Linear(Unit& unit, const std::string& name, int64_t in, int64_t out, Bias bias,
+         float init_std = 0.02f);
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  Param& weight() const { return *weight_; }
+  Param* bias() const { return bias_; }
+
+  // x (N, in) (any leading shape) -> (N, out).
+  Tensor forward(Context& ctx, const Tensor& x) const;
+  // din (N, in) is written when not null; the parameters' gradients accumulate. `x` is
+  // forward's input.
+  void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const;
+
+ private:
+  int64_t in_, out_;
+  Param* weight_;
+  Param* bias_ = nullptr;
+};
+
+// Rows of a tensor viewed as (numel / cols, cols).
+inline Shape as_rows(const Tensor& t, int64_t cols) {
+  return {t.numel() / cols, cols};
+}
+
+}  // namespace zt::nn

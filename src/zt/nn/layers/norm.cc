@@ -1,0 +1,61 @@
+#include "zt/nn/layers/norm.h"
+
+#include "zt/kernels/ops.h"
+#include "zt/nn/layers/linear.h"
+
+namespace zt::nn {
+
+Norm::Norm(Unit& unit, const std::string& name, int64_t width, NormKind kind, float eps)
+    : width_(width), kind_(kind), eps_(eps) {
+  weight_ = &unit.add_param(name + ".weight", {width}, ParamInit::kOnes);
+  if (kind == NormKind::kLayerNorm) {
+    bias_ = &unit.add_param(name + ".bias", {width}, ParamInit::kZeros);
+  }
+}
+
+Tensor Norm::run(Context& ctx, const Tensor& x, Tensor& mean, Tensor& rstd) const {
+  const Shape rows = as_rows(x, width_);
+  const DType acc = kernels::accum_dtype(ctx.compute_dtype);
+  Tensor x2 = x.reshape(rows);
+  Tensor out = Tensor::empty(rows, ctx.compute_dtype, ctx.device, ctx.stream);
+  rstd = Tensor::empty({rows[0]}, acc, ctx.device, ctx.stream);
+  if (kind_ == NormKind::kLayerNorm) {
+    mean = Tensor::empty({rows[0]}, acc, ctx.device, ctx.stream);
+    kernels::layernorm_forward(out, mean, rstd, x2, weight_->value, bias_->value, eps_, ctx.stream);
+  } else {
+    kernels::rmsnorm_forward(out, rstd, x2, weight_->value, eps_, ctx.stream);
+  }
+  return out.reshape(x.shape());
+}
+
+Tensor Norm::forward(Context& ctx, const Tensor& x) {
+  return run(ctx, x, mean_, rstd_);
+}
+
+Tensor Norm::recompute(Context& ctx, const Tensor& x) const {
+  Tensor mean, rstd;
+  return run(ctx, x, mean, rstd);
+}
+
+void Norm::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& din,
+                    const Tensor* dresidual) {
+  const Shape rows = as_rows(x, width_);
+  Tensor din2 = din.reshape(rows);
+  Tensor dres2;
+  if (dresidual != nullptr) dres2 = dresidual->reshape(rows);
+  const Tensor* dres = dresidual != nullptr ? &dres2 : nullptr;
+  if (kind_ == NormKind::kLayerNorm) {
+    kernels::layernorm_backward(din2, weight_->grad, bias_->grad, dout.reshape(rows),
+                                x.reshape(rows), weight_->value, mean_, rstd_, dres, ctx.stream);
+  } else {
+    kernels::rmsnorm_backward(din2, weight_->grad, dout.reshape(rows), x.reshape(rows),
+                              weight_->value, rstd_, dres, ctx.stream);
+  }
+}
+
+void Norm::release() {
+  mean_ = Tensor();
+  rstd_ = Tensor();
+}
+
+}  // namespace zt::nn

@@ -1,0 +1,27 @@
+// The parameter names of each family: the Hugging Face names without the model's prefix
+// ("model.", "model.decoder.", "bert.", "transformer."), except where ZeroTrain fuses tensors
+// (q/k/v into one projection, gate/up into one): checkpoints, exports and error messages speak
+// the names users know.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace zt::nn {
+
+struct FamilyNames {
+  // (Default member initialisers: a family leaves out what it does not have.)
+  std::string wte{}, wpe{}, types{}, embed_norm{}, project_in{};
+  std::string block{};  // "h", "layers", "encoder.layer": block i is "<block>.<i>."
+  std::string norm1{}, qkv{}, attn_out{}, norm2{}, up{}, down{};
+  std::string final_norm{}, project_out{}, lm_head{}, transform{}, transform_norm{}, lm_bias{};
+  // Prefix of the body's tensors in transformers' files; head tensors named lm_head.* or cls.*
+  // carry none. GPT-2's files may have it or not (GPT2LMHeadModel vs GPT2Model).
+  std::string hf_prefix{};
+};
+
+// The names of a family (gpt2, llama, qwen2, opt, bert); an unknown family aborts (callers
+// check the model type first).
+const FamilyNames& family_names(std::string_view model_type);
+
+}  // namespace zt::nn

@@ -1,0 +1,339 @@
+#include "zt/nn/models/transformer.h"
+
+#include <cmath>
+
+#include "zt/nn/hf/hf_config.h"
+#include "zt/nn/models/family_names.h"
+
+namespace zt::nn {
+
+int padded_vocab(int vocab) {
+  const int m = vocab < 4096 ? 64 : 128;
+  return (vocab + m - 1) / m * m;
+}
+
+// ---- embedding: token table (+ learned positions) (+ token types) (+ norm) (+ projection)
+
+TransformerEmbedding::TransformerEmbedding(const TransformerConfig& c) : Unit("embedding"), c_(c) {
+  const FamilyNames& n = family_names(c.model_type);
+  const int64_t E = c.embed_dim;
+  wte_ = &add_param(n.wte + ".weight", {c.padded_vocab_size, E}, ParamInit::kNormal, c.init_std);
+  if (c.positions == Positions::kLearned) {
+    wpe_ = &add_param(n.wpe + ".weight", {c.max_positions + c.position_offset, c.hidden},
+                      ParamInit::kNormal, c.position_init_std);
+  }
+  if (c.type_vocab > 0) {
+    types_ =
+        &add_param(n.types + ".weight", {c.type_vocab, c.hidden}, ParamInit::kNormal, c.init_std);
+  }
+  if (c.embed_norm) norm_.emplace(*this, n.embed_norm, c.hidden, NormKind::kLayerNorm, c.norm_eps);
+  if (E != c.hidden) {
+    project_in_.emplace(*this, n.project_in, E, c.hidden, Bias::kNone, c.init_std);
+  }
+  ZT_ASSERT(!(norm_ && project_in_), "embedding: a norm and an input projection together");
+}
+
+// Rows of the position table each token reads: offset + t (cached per batch shape and device).
+const Tensor& TransformerEmbedding::position_ids(Context& ctx, int64_t B, int64_t T) {
+  if (pos_b_ != B || pos_t_ != T || pos_device_ != ctx.device.str()) {
+    Tensor host = Tensor::empty({B, T}, DType::i32);
+    int32_t* p = host.data<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) p[b * T + t] = static_cast<int32_t>(c_.position_offset + t);
+    }
+    pos_ids_ = host.to(ctx.device, ctx.stream);
+    pos_b_ = B;
+    pos_t_ = T;
+    pos_device_ = ctx.device.str();
+  }
+  return pos_ids_;
+}
+
+Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
+  ZT_ASSERT(tokens.ndim() == 2 && tokens.dtype() == DType::i32, "tokens must be (B,T) i32");
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  ZT_ASSERT(c_.positions != Positions::kLearned || T <= c_.max_positions,
+            "sequence {} longer than the model's {} positions", T, c_.max_positions);
+  tokens_ = tokens;
+  const Stream& s = ctx.stream;
+  if (fused()) {  // GPT-2: tokens and positions in one pass
+    Tensor e = Tensor::empty({B, T, c_.hidden}, ctx.compute_dtype, ctx.device, s);
+    kernels::embedding_forward(e, tokens, wte_->value, wpe_->value, s);
+    return e;
+  }
+  Tensor e = Tensor::empty({B, T, c_.embed_dim}, ctx.compute_dtype, ctx.device, s);
+  kernels::embedding_lookup_forward(e, tokens, wte_->value, kernels::Accumulate::kWrite, s);
+  if (project_in_) {  // OPT: positions are added after the projection, at the model's width
+    sum_ = e;
+    e = project_in_->forward(ctx, e).reshape({B, T, c_.hidden});
+  }
+  if (wpe_ != nullptr) {
+    kernels::embedding_lookup_forward(e, position_ids(ctx, B, T), wpe_->value,
+                                      kernels::Accumulate::kAdd, s);
+  }
+  if (types_ != nullptr) {
+    types_in_ = ctx.token_types != nullptr
+                    ? *ctx.token_types
+                    : Tensor::zeros({B, T}, DType::i32, ctx.device, s);  // all type 0
+    kernels::embedding_lookup_forward(e, types_in_, types_->value, kernels::Accumulate::kAdd, s);
+  }
+  if (norm_) {
+    sum_ = e;
+    return norm_->forward(ctx, e);
+  }
+  return e;
+}
+
+Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
+  const Stream& s = ctx.stream;
+  if (fused()) {
+    kernels::embedding_backward(wte_->grad, wpe_->grad, dout, tokens_, s);
+    tokens_ = Tensor();
+    return Tensor();
+  }
+  Tensor d = dout;
+  if (norm_) {
+    Tensor dsum = Tensor::empty(sum_.shape(), ctx.compute_dtype, ctx.device, s);
+    norm_->backward(ctx, d, sum_, dsum, nullptr);
+    norm_->release();
+    d = dsum;
+  }
+  if (wpe_ != nullptr) kernels::embedding_lookup_backward(wpe_->grad, d, pos_ids_, s);
+  if (types_ != nullptr) kernels::embedding_lookup_backward(types_->grad, d, types_in_, s);
+  if (project_in_) {
+    Tensor de = Tensor::empty(sum_.shape(), ctx.compute_dtype, ctx.device, s);
+    project_in_->backward(ctx, d, sum_, &de);
+    d = de;
+  }
+  kernels::embedding_lookup_backward(wte_->grad, d, tokens_, s);
+  tokens_ = types_in_ = sum_ = Tensor();
+  return Tensor();
+}
+
+// ---- transformer block
+
+namespace {
+
+AttentionConfig attention_config(const TransformerConfig& c) {
+  return {.hidden = c.hidden,
+          .n_heads = c.n_head,
+          .n_kv_heads = c.n_kv_head,
+          .head_dim = c.head_dim,
+          .qkv_bias = c.qkv_bias,
+          .out_bias = c.out_bias,
+          .kind = c.model_type == "bert" ? kernels::AttnKind::kBidirectional
+                                         : kernels::AttnKind::kCausal,
+          .init_std = c.init_std,
+          .out_init_std = c.residual_init_std};
+}
+
+MlpConfig mlp_config(const TransformerConfig& c) {
+  return {.hidden = c.hidden,
+          .inner = c.inner,
+          .act = c.act,
+          .gated = c.gated,
+          .bias = c.mlp_bias,
+          .init_std = c.init_std,
+          .out_init_std = c.residual_init_std};
+}
+
+}  // namespace
+
+TransformerBlock::Names TransformerBlock::names(const TransformerConfig& c, int index) {
+  const FamilyNames& n = family_names(c.model_type);
+  const std::string unit = fmt::format("{}.{}", n.block, index);
+  const std::string p = unit + ".";
+  return {unit, p + n.norm1, p + n.qkv, p + n.attn_out, p + n.norm2, p + n.up, p + n.down};
+}
+
+TransformerBlock::TransformerBlock(const TransformerConfig& c, const Names& n, Rotary* rotary)
+    : Unit(n.unit),
+      placement_(c.placement),
+      norm1_(*this, n.norm1, c.hidden, c.norm, c.norm_eps),
+      attn_(*this, {n.qkv, n.attn_out}, attention_config(c), rotary),
+      norm2_(*this, n.norm2, c.hidden, c.norm, c.norm_eps),
+      mlp_(*this, {n.up, n.down}, mlp_config(c)) {}
+
+Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  x_ = x;
+  if (placement_ == NormPlacement::kPre) {
+    // x + attn(norm1(x)), then + mlp(norm2(.)). The norms' outputs are recomputed in backward.
+    Tensor a = attn_.forward(ctx, norm1_.forward(ctx, x));
+    res_ = Tensor::empty({B, T, C}, dt, ctx.device, s);
+    kernels::residual_forward(res_, x, a, s);
+    Tensor m = mlp_.forward(ctx, norm2_.forward(ctx, res_));
+    Tensor out = Tensor::empty({B, T, C}, dt, ctx.device, s);
+    kernels::residual_forward(out, res_, m.reshape({B, T, C}), s);
+    return out;
+  }
+  // Post-LN: h = norm1(x + attn(x)); out = norm2(h + mlp(h)).
+  Tensor a = attn_.forward(ctx, x);
+  res_ = Tensor::empty({B, T, C}, dt, ctx.device, s);
+  kernels::residual_forward(res_, x, a, s);
+  h_ = norm1_.forward(ctx, res_).reshape({B, T, C});
+  Tensor m = mlp_.forward(ctx, h_);
+  res2_ = Tensor::empty({B, T, C}, dt, ctx.device, s);
+  kernels::residual_forward(res2_, h_, m.reshape({B, T, C}), s);
+  return norm2_.forward(ctx, res2_).reshape({B, T, C});
+}
+
+Tensor TransformerBlock::backward(Context& ctx, const Tensor& dout) {
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  const Shape shape = x_.shape();
+  Tensor dx = Tensor::empty(shape, dt, ctx.device, s);
+  if (placement_ == NormPlacement::kPre) {
+    Tensor dn2 = Tensor::empty(shape, dt, ctx.device, s);
+    mlp_.backward(ctx, dout, norm2_.recompute(ctx, res_), dn2);
+    Tensor dres = Tensor::empty(shape, dt, ctx.device, s);
+    norm2_.backward(ctx, dn2, res_, dres, &dout);
+    Tensor dn1 = Tensor::empty(shape, dt, ctx.device, s);
+    attn_.backward(ctx, dres, norm1_.recompute(ctx, x_), dn1);
+    norm1_.backward(ctx, dn1, x_, dx, &dres);
+  } else {
+    Tensor dres2 = Tensor::empty(shape, dt, ctx.device, s);
+    norm2_.backward(ctx, dout, res2_, dres2, nullptr);
+    Tensor dh = Tensor::empty(shape, dt, ctx.device, s);
+    mlp_.backward(ctx, dres2, h_, dh);
+    kernels::add_inplace(dh, dres2, s);
+    Tensor dres = Tensor::empty(shape, dt, ctx.device, s);
+    norm1_.backward(ctx, dh, res_, dres, nullptr);
+    attn_.backward(ctx, dres, x_, dx);
+    kernels::add_inplace(dx, dres, s);
+  }
+  norm1_.release();
+  norm2_.release();
+  x_ = res_ = h_ = res2_ = Tensor();
+  return dx;
+}
+
+// ---- head: final norm, projection or MLM transform, LM matmul, loss
+
+TransformerHead::TransformerHead(const TransformerConfig& c, TransformerEmbedding& embedding,
+                                 int embedding_unit)
+    : Unit("head"), c_(c), embedding_(embedding) {
+  const FamilyNames& n = family_names(c.model_type);
+  if (c.final_norm) final_norm_.emplace(*this, n.final_norm, c.hidden, c.norm, c.norm_eps);
+  if (c.embed_dim != c.hidden) {
+    project_out_.emplace(*this, n.project_out, c.hidden, c.embed_dim, Bias::kNone, c.init_std);
+  }
+  if (c.task == Task::kMaskedLM) {
+    transform_.emplace(*this, n.transform, c.hidden, c.hidden, Bias::kWith, c.init_std);
+    transform_norm_.emplace(*this, n.transform_norm, c.hidden, NormKind::kLayerNorm, c.norm_eps);
+    lm_bias_ = &add_param(n.lm_bias, {c.padded_vocab_size}, ParamInit::kZeros);
+  }
+  if (c.tied == Tied::kYes) {
+    add_extra_unit(embedding_unit);
+  } else {
+    lm_weight_ = &add_param(n.lm_head + ".weight", {c.padded_vocab_size, c.embed_dim},
+                            ParamInit::kNormal, c.init_std);
+  }
+}
+
+Param& TransformerHead::table() {
+  return lm_weight_ != nullptr ? *lm_weight_ : embedding_.tokens_table();
+}
+
+Tensor TransformerHead::forward(Context& ctx, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), N = B * T;
+  const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
+  const Stream& s = ctx.stream;
+  in_shape_ = x.shape();
+  x_ = x.reshape({N, c_.hidden});
+  Tensor h = x_;
+  if (final_norm_) h = normed_ = final_norm_->forward(ctx, h);
+  if (project_out_) h = projected_ = project_out_->forward(ctx, h);
+  if (transform_) {
+    t_pre_ = transform_->forward(ctx, h);
+    t_act_ = Tensor::empty(t_pre_.shape(), dt, ctx.device, s);
+    kernels::activation_forward(t_act_, t_pre_, kernels::Activation::kGeluErf, s);
+    h = transform_norm_->forward(ctx, t_act_);
+  }
+  features_ = h;
+  const Tensor& w = table().value;
+  const int64_t Vp = w.size(0);
+  logits_ = Tensor::empty({N, Vp}, dt, ctx.device, s);
+  kernels::matmul_forward(logits_, features_, w, lm_bias_ != nullptr ? &lm_bias_->value : nullptr,
+                          s);
+  have_dlogits_ = false;
+  if (ctx.targets == nullptr) return logits_.reshape({B, T, Vp});
+  ZT_ASSERT(ctx.targets->numel() == N, "targets {} for {} positions", ctx.targets->numel(), N);
+  Tensor losses = Tensor::empty({N}, acc, ctx.device, s);
+  Tensor targets = ctx.targets->reshape({N});
+  if (ctx.mode == Mode::kTrain) {
+    kernels::crossentropy_fused(losses, logits_, targets, c_.vocab_size, ctx.dloss, s);
+    have_dlogits_ = true;
+  } else {
+    kernels::crossentropy_forward(losses, logits_, targets, c_.vocab_size, s);
+  }
+  return losses;
+}
+
+Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
+  ZT_ASSERT(have_dlogits_, "head backward without a training forward with targets");
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  Param& w = table();
+  Tensor dh = Tensor::empty(features_.shape(), dt, ctx.device, s);
+  kernels::matmul_backward(&dh, w.grad, lm_bias_ != nullptr ? &lm_bias_->grad : nullptr, logits_,
+                           features_, w.value, s);
+  // The input of each stage, walking back: the transform reads the projection's output (or the
+  // norm's, or x), the projection reads the norm's output (or x).
+  const Tensor& before_transform = project_out_ ? projected_ : (final_norm_ ? normed_ : x_);
+  const Tensor& before_project = final_norm_ ? normed_ : x_;
+  if (transform_) {
+    Tensor dact = Tensor::empty(t_act_.shape(), dt, ctx.device, s);
+    transform_norm_->backward(ctx, dh, t_act_, dact, nullptr);
+    transform_norm_->release();
+    Tensor dpre = Tensor::empty(t_pre_.shape(), dt, ctx.device, s);
+    kernels::activation_backward(dpre, dact, t_pre_, kernels::Activation::kGeluErf, s);
+    Tensor din = Tensor::empty(before_transform.shape(), dt, ctx.device, s);
+    transform_->backward(ctx, dpre, before_transform, &din);
+    dh = din;
+  }
+  if (project_out_) {
+    Tensor din = Tensor::empty(before_project.shape(), dt, ctx.device, s);
+    project_out_->backward(ctx, dh, before_project, &din);
+    dh = din;
+  }
+  Tensor dx = dh;
+  if (final_norm_) {
+    dx = Tensor::empty(x_.shape(), dt, ctx.device, s);
+    final_norm_->backward(ctx, dh, x_, dx, nullptr);
+    final_norm_->release();
+  }
+  x_ = normed_ = projected_ = t_pre_ = t_act_ = features_ = logits_ = Tensor();
+  have_dlogits_ = false;
+  return dx.reshape(in_shape_);
+}
+
+// ---- the model
+
+Transformer::Transformer(const TransformerConfig& config) : config_(config) {
+  ZT_ASSERT(config.n_head > 0 && config.n_kv_head > 0 && config.head_dim > 0 && config.hidden > 0 &&
+                config.n_layer > 0,
+            "transformer: layers {}, heads {}/{}, width {}, head size {} must be positive",
+            config.n_layer, config.n_head, config.n_kv_head, config.hidden, config.head_dim);
+  if (config.positions == Positions::kRotary) {
+    RopeConfig rope = config.rope;
+    rope.head_dim = config.head_dim;
+    rope.max_positions = config.max_positions;
+    rotary_ = std::make_unique<Rotary>(rope);
+  }
+  auto emb = std::make_unique<TransformerEmbedding>(config_);
+  TransformerEmbedding& emb_ref = *emb;
+  units_.push_back(std::move(emb));
+  for (int l = 0; l < config.n_layer; ++l) {
+    units_.push_back(std::make_unique<TransformerBlock>(config_, l, rotary_.get()));
+  }
+  units_.push_back(std::make_unique<TransformerHead>(config_, emb_ref, 0));
+}
+
+nlohmann::json Transformer::config_json() const {
+  return source_config_.is_null() ? hf_config_from_transformer(config_) : source_config_;
+}
+
+}  // namespace zt::nn
