@@ -1,4 +1,5 @@
-// `zt train`: trains a GPT model with a DeepSpeed config. Progress on stderr, an optional JSON
+// `zt train`: trains a causal language model (a named size or a Hugging Face model directory)
+// with a DeepSpeed config. Progress on stderr, an optional JSON
 // Lines metrics file, and a generated sample at the end.
 #include <fcntl.h>
 #include <sys/file.h>
@@ -25,7 +26,7 @@
 #include "zt/data/byte_tokenizer.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
-#include "zt/nn/models/gpt2.h"
+#include "zt/nn/models/registry.h"
 #include "zt/runtime/engine.h"
 
 namespace zt::cli {
@@ -33,8 +34,9 @@ namespace {
 
 constexpr const char* kTrainUsage = R"(Usage: zt train --config ds_config.json [options]
 
-Trains a GPT-2-family model with the DeepSpeed config's batch sizes, optimizer, scheduler,
-precision and clipping. Without --data it trains on the default corpus (license texts every Debian
+Trains a causal language model (GPT-2, Llama, Qwen2, OPT: a named size, or a Hugging Face model
+directory whose weights it fine-tunes) with the DeepSpeed config's batch sizes, optimizer,
+scheduler, precision and clipping. Without --data it trains on the default corpus (license texts every Debian
 machine carries, byte-level tokens), prepared once into ~/.cache/zerotrain.
 
 Options:
@@ -44,13 +46,17 @@ const std::vector<FlagSpec> kFlags = {
     {"--config", FlagKind::kValue, "DeepSpeed config (ds_config.json)", "FILE"},
     {"--deepspeed_config", FlagKind::kValue, "same as --config (DeepSpeed's spelling)", "FILE"},
     {"--model", FlagKind::kValue,
-     "gpt2-tiny (default), gpt2, gpt2-medium, gpt2-large, gpt2-xl, gpt-1.3b", "NAME"},
+     "a Hugging Face model directory (config.json + *.safetensors), or a named size: "
+     "gpt2-tiny (default), gpt2 ... gpt2-xl, gpt-1.3b ... gpt-65b, llama-tiny, llama-1b, "
+     "llama-8b, llama-70b",
+     "DIR|NAME"},
     {"--data", FlagKind::kValue, "token file (llm.c .bin, or nanoGPT raw uint16 .bin)", "FILE"},
     {"--steps", FlagKind::kValue, "optimizer steps to run (default 200)", "N"},
     {"--device", FlagKind::kValue, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)",
      "DEV"},
     {"--seq-len", FlagKind::kValue,
-     "tokens per sequence (default: the model's context, 128 for gpt2-tiny)", "T"},
+     "tokens per sequence (default: the model's context up to 2048; 128 for the tiny models)",
+     "T"},
     {"--metrics-out", FlagKind::kValue, "write JSON Lines metrics (one record per step)", "FILE"},
     {"--vocab-size", FlagKind::kValue, "override the model's vocabulary size", "V"},
     {"--order", FlagKind::kValue, "batch order: random (default) or sequential", "ORDER"},
@@ -133,14 +139,14 @@ Result<std::string> default_data() {
   return path;
 }
 
-nlohmann::json run_record(const Engine& e, const nn::Gpt2& model, int64_t seq_len,
+nlohmann::json run_record(const Engine& e, const nn::Transformer& model, int64_t seq_len,
                           const std::string& data) {
   const DeepSpeedConfig& c = e.config();
   zero::ModelStateBytes b = e.model_state_bytes();
   return {{"type", "run"},
           {"model", model.name()},
-          {"n_layer", model.config().n_layer},
-          {"n_embd", model.config().n_embd},
+          {"n_layer", model.transformer_config().n_layer},
+          {"n_embd", model.transformer_config().hidden},
           {"parameters", model.num_params()},
           {"world_size", c.world_size},
           {"train_batch_size", c.train_batch_size},
@@ -200,19 +206,29 @@ int cmd_train(const Args& args) {
 
   // Model.
   const std::string model_name = a.get("--model").value_or("gpt2-tiny");
-  auto mc = nn::gpt2_config_named(model_name);
-  if (!mc) return fail(mc.status());
+  nn::ModelOverrides overrides;
   if (auto v = a.get("--vocab-size")) {
     auto vs = parse_int("--vocab-size", *v, 2);
     if (!vs) return fail(vs.status());
-    mc->vocab_size = static_cast<int>(*vs);
-    mc->padded_vocab_size = nn::padded_vocab(mc->vocab_size);
+    overrides.vocab_size = static_cast<int>(*vs);
   }
-  auto seq = int_flag("--seq-len", model_name == "gpt2-tiny" ? 128 : mc->max_seq_len, 2);
+  auto choice = nn::model_open(model_name, overrides);
+  if (!choice) return fail(choice.status());
+  nn::Transformer& model = *choice->model;
+  const nn::TransformerConfig& mc = model.transformer_config();
+  if (mc.task != nn::Task::kCausalLM) {
+    return fail(invalid_argument(
+        "--model {}: a {} masked-LM model; zt train trains causal language models from token "
+        "files (train it from your own program with masked targets, or evaluate it with zt eval "
+        "--task mlm)",
+        model_name, mc.model_type));
+  }
+  const bool tiny = model_name == "gpt2-tiny" || model_name == "llama-tiny";
+  auto seq = int_flag("--seq-len", tiny ? 128 : std::min<int64_t>(mc.max_positions, 2048), 2);
   if (!seq) return fail(seq.status());
-  if (*seq > mc->max_seq_len) {
+  if (*seq > mc.max_positions) {
     return fail(invalid_argument("--seq-len {} exceeds {}'s context of {}", *seq, model_name,
-                                 mc->max_seq_len));
+                                 mc.max_positions));
   }
 
   // Ranks: from the launcher's environment (zt launch, deepspeed, torchrun, mpirun, srun).
@@ -264,10 +280,9 @@ int cmd_train(const Args& args) {
                                          .seed = static_cast<uint64_t>(*seed),
                                          .rank = rank,
                                          .world_size = world,
-                                         .vocab_size = mc->vocab_size});
+                                         .vocab_size = mc.vocab_size});
   if (!sampler) return fail(sampler.status());
 
-  nn::Gpt2 model(*mc);
   auto engine_r = initialize(
       model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()});
   if (!engine_r) return fail(engine_r.status());
@@ -461,11 +476,11 @@ int cmd_train(const Args& args) {
   if (rank == 0)
     std::printf("trained %lld steps: loss %.4f -> %.4f (ln(vocab) = %.4f)\n",
                 static_cast<long long>(*steps), first_loss, last_loss,
-                std::log(static_cast<double>(mc->vocab_size)));
+                std::log(static_cast<double>(mc.vocab_size)));
 
   if (*sample_tokens > 0) {
     std::vector<int32_t> prompt;
-    if (auto p = a.get("--prompt"); p && mc->vocab_size >= ByteTokenizer::kVocabSize) {
+    if (auto p = a.get("--prompt"); p && mc.vocab_size >= ByteTokenizer::kVocabSize) {
       prompt = ByteTokenizer::encode(*p);
     }
     if (prompt.empty()) {
@@ -474,18 +489,19 @@ int cmd_train(const Args& args) {
       prompt.assign(first.begin(), first.end());
     }
     nn::GenerateOptions g{.max_new_tokens = static_cast<int>(*sample_tokens),
-                          .sampling = nn::Sampling::kTopK,
+                          .sampling = nn::Sampling::kSample,
                           .top_k = 40,
                           .temperature = 0.8f,
                           .seed = static_cast<uint64_t>(*seed),
-                          .vocab_size = mc->vocab_size,
-                          .max_seq_len = static_cast<int>(*seq)};
+                          .vocab_size = mc.vocab_size,
+                          .max_seq_len = static_cast<int>(mc.max_positions),
+                          .num_layers = mc.n_layer};
     std::vector<int32_t> out =
         nn::generate(model, engine.eval_context(), prompt, g, engine.hooks());
     if (rank != 0) return 0;
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), out.begin(), out.end());
-    if (mc->vocab_size <= ByteTokenizer::kVocabSize) {
+    if (mc.vocab_size <= ByteTokenizer::kVocabSize) {
       std::printf("--- sample ---\n%s\n--------------\n", ByteTokenizer::decode(all).c_str());
     } else {
       std::printf("--- sample (token ids) ---\n");

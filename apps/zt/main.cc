@@ -22,7 +22,9 @@ constexpr const char* kUsage = R"(zt — ZeroTrain: DeepSpeed-compatible trainin
 Usage: zt <command> [options]
 
 Commands:
-  train     Train a GPT model from a ds_config.json (zt train --help)
+  train     Train a model (named size or Hugging Face directory) from a ds_config.json
+  eval      Loss and perplexity of a model on a token file or JSON Lines (zt eval --help)
+  generate  Generate from a model with a KV cache (zt generate --help)
   launch    Start a multi-process job, like `deepspeed` (zt launch --help)
   config    Check a ds_config.json and print it fully resolved (zt config check FILE)
   data      Make token files from text (zt data prepare FILES... -o OUT)
@@ -70,6 +72,8 @@ int main(int argc, char** argv) {
     if (cmd == "config") rc = zt::cli::cmd_config(rest);
     if (cmd == "data") rc = zt::cli::cmd_data(rest);
     if (cmd == "ckpt") rc = zt::cli::cmd_ckpt(rest);
+    if (cmd == "generate") rc = zt::cli::cmd_generate(rest);
+    if (cmd == "eval") rc = zt::cli::cmd_eval(rest);
     if (cmd == "launch") rc = zt::launcher::launch_main(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
@@ -83,7 +87,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   }
-  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, launch, config, data, ckpt (see zt --help)\n",
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, ckpt (see zt --help)\n",
                cmd.c_str());
   return 2;
 }

@@ -272,11 +272,31 @@ Status read_bert(const Keys& k, TransformerConfig& t) {
   return Status::ok();
 }
 
+// The registry of families, keyed by config.json's model_type: the family ZeroTrain builds for
+// it and the reader of its keys. Mistral (without a sliding window) is Llama's structure.
+struct Family {
+  const char* model_type;
+  const char* builds;
+  Status (*read)(const Keys& k, TransformerConfig& t);
+};
+constexpr Family kFamilies[] = {
+    {"gpt2", "gpt2", [](const Keys& k, TransformerConfig& t) { return read_gpt2(k, t); }},
+    {"llama", "llama", [](const Keys& k, TransformerConfig& t) { return read_llama(k, t, "llama"); }},
+    {"mistral", "llama",
+     [](const Keys& k, TransformerConfig& t) { return read_llama(k, t, "mistral"); }},
+    {"qwen2", "qwen2", [](const Keys& k, TransformerConfig& t) { return read_llama(k, t, "qwen2"); }},
+    {"opt", "opt", [](const Keys& k, TransformerConfig& t) { return read_opt(k, t); }},
+    {"bert", "bert", [](const Keys& k, TransformerConfig& t) { return read_bert(k, t); }},
+};
+
 }  // namespace
 
 const std::vector<std::string>& hf_model_types() {
-  static const std::vector<std::string> types = {"gpt2",  "llama", "mistral",
-                                                 "qwen2", "opt",   "bert"};
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> v;
+    for (const Family& f : kFamilies) v.emplace_back(f.model_type);
+    return v;
+  }();
   return types;
 }
 
@@ -285,19 +305,11 @@ Result<TransformerConfig> transformer_config_from_hf(const json& config, std::st
   Keys k(config, where);
   ZT_ASSIGN_OR_RETURN(std::string type, k.str_or("model_type", ""));
   TransformerConfig t;
-  if (type == "gpt2") {
-    t.model_type = "gpt2";
-    ZT_RETURN_IF_ERROR(read_gpt2(k, t));
-  } else if (type == "llama" || type == "mistral" || type == "qwen2") {
-    t.model_type = type == "qwen2" ? "qwen2" : "llama";
-    ZT_RETURN_IF_ERROR(read_llama(k, t, type));
-  } else if (type == "opt") {
-    t.model_type = "opt";
-    ZT_RETURN_IF_ERROR(read_opt(k, t));
-  } else if (type == "bert") {
-    t.model_type = "bert";
-    ZT_RETURN_IF_ERROR(read_bert(k, t));
-  } else {
+  const Family* family = nullptr;
+  for (const Family& f : kFamilies) {
+    if (type == f.model_type) family = &f;
+  }
+  if (family == nullptr) {
     std::string known;
     for (const auto& n : hf_model_types()) known += (known.empty() ? "" : ", ") + n;
     return invalid_argument(
@@ -305,6 +317,8 @@ Result<TransformerConfig> transformer_config_from_hf(const json& config, std::st
         "(known: {})",
         where, type, known);
   }
+  t.model_type = family->builds;
+  ZT_RETURN_IF_ERROR(family->read(k, t));
   ZT_RETURN_IF_ERROR(check_vocab(k, t));
   if (t.embed_dim == 0) t.embed_dim = t.hidden;
   if (t.head_dim == 0 || t.n_head * t.head_dim == 0 ||
