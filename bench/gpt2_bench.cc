@@ -1,7 +1,10 @@
-// ZeroTrain's GPT-2 training throughput: steps of a named model on random tokens through the
-// public engine API, each step timed with CUDA events after warm-up; prints one JSON line with
-// the median step time, tokens/s and peak device memory. Its peer is bench/gpt2_torch.py, run
-// with the same model, batch, sequence length and precision by scripts/gpu_check.sh.
+// ZeroTrain's training throughput: steps of a model (a named size of any family, gpt2 ...
+// gpt-65b, llama-tiny ... llama-70b, or a Hugging Face model directory) on random tokens through
+// the public engine API, each step timed with CUDA events after warm-up; prints one JSON line with
+// the median step time, tokens/s, model FLOPs utilisation (6 N + 12 L T C per token, against
+// the H100's dense bf16 peak) and peak device memory. Its peers are bench/gpt2_torch.py (GPT-2
+// shapes) and bench/llama_torch.py (transformers' Llama), run with the same model, batch, sequence
+// length and precision by scripts/gpu_check.sh.
 //
 //   zt_bench_gpt2 [--model gpt2] [--batch 16] [--seq 1024] [--dtype bf16] [--steps 20] [--warmup 5]
 //                 [--stage N] [--offload-optimizer none|cpu] [--pin-memory true|false]
@@ -33,7 +36,7 @@
 
 #include "zt/comm/communicator.h"
 #include "zt/comm/env.h"
-#include "zt/nn/models/gpt2.h"
+#include "zt/nn/models/registry.h"
 #include "zt/runtime/engine.h"
 #include "zt/zero/optimizer_offload.h"
 
@@ -121,11 +124,13 @@ double median_of(std::vector<double> v) {
 
 int run(int argc, char** argv) {
   Args a = parse(argc, argv);
-  auto mc = zt::nn::gpt2_config_named(a.model);
-  if (!mc) {
-    std::fprintf(stderr, "%s\n", mc.status().message().c_str());
+  auto choice = zt::nn::model_open(a.model);
+  if (!choice) {
+    std::fprintf(stderr, "%s\n", choice.status().message().c_str());
     return 1;
   }
+  zt::nn::Transformer& model = *choice->model;
+  const zt::nn::TransformerConfig& mc = model.transformer_config();
   auto env = zt::dist_env_from_environment();
   if (!env) {
     std::fprintf(stderr, "%s\n", env.status().message().c_str());
@@ -172,7 +177,6 @@ int run(int argc, char** argv) {
     comm = std::move(c).value();
   }
   const bool print = env->rank == 0;
-  zt::nn::Gpt2 model(*mc);
   auto engine = zt::initialize(model, *cfg, {.device = *dev, .seed = 1, .comm = comm.get()});
   if (!engine) {
     std::fprintf(stderr, "%s\n", engine.status().message().c_str());
@@ -187,7 +191,7 @@ int run(int argc, char** argv) {
       x ^= x << 13;
       x ^= x >> 7;
       x ^= x << 17;
-      t = static_cast<int32_t>(x % static_cast<uint64_t>(mc->vocab_size));
+      t = static_cast<int32_t>(x % static_cast<uint64_t>(mc.vocab_size));
     }
     tok = zt::Tensor::empty({a.batch, a.seq}, zt::DType::i32);
     tgt = zt::Tensor::empty({a.batch, a.seq}, zt::DType::i32);
@@ -249,6 +253,17 @@ int run(int argc, char** argv) {
   std::sort(sorted.begin(), sorted.end());
   double median = sorted[sorted.size() / 2];
   double tokens = static_cast<double>(a.batch) * a.seq * world;
+  // Model FLOPs per token (PaLM's appendix B): 6 per parameter outside the embedding tables
+  // (forward and backward of every matmul, the head included when it is tied, counted once) plus
+  // attention's 12 L T (heads x head size); causal attention as usually counted, not halved.
+  double matmul_params = static_cast<double>(model.num_params());
+  for (zt::nn::Param* p : model.units()[0]->params()) matmul_params -= static_cast<double>(p->numel());
+  if (mc.tied == zt::nn::Tied::kYes) {
+    matmul_params += static_cast<double>(mc.vocab_size) * static_cast<double>(mc.embed_dim);
+  }
+  const double flops_per_token =
+      6.0 * matmul_params + 12.0 * mc.n_layer * a.seq * static_cast<double>(mc.n_head * mc.head_dim);
+  const double peak_flops = 989e12 * world;  // H100 SXM dense bf16
   if (!print) return 0;
   nlohmann::json out = {{"impl", "zerotrain"},
                         {"model", a.model},
@@ -262,6 +277,7 @@ int run(int argc, char** argv) {
                         {"steps", a.steps},
                         {"step_ms_median", median},
                         {"tokens_per_s", tokens / (median / 1000.0)},
+                        {"mfu", flops_per_token * tokens / (median / 1000.0) / peak_flops},
                         {"peak_mem_bytes", zt::allocator_stats(*dev).peak_allocated_bytes},
                         {"first_loss", losses.front()},
                         {"last_loss", losses.back()},

@@ -5,57 +5,109 @@
 #include <numeric>
 #include <random>
 
+#include "zt/nn/kv_cache.h"
+
 namespace zt::nn {
 
 int32_t sample_logits(const std::vector<float>& logits, const GenerateOptions& options,
                       double uniform01) {
   const int V = options.vocab_size > 0 ? std::min<int>(options.vocab_size, logits.size())
                                        : static_cast<int>(logits.size());
-  if (options.sampling == Sampling::kGreedy || options.top_k <= 1) {
+  if (options.sampling == Sampling::kGreedy || options.temperature <= 0.0f) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + V) -
                                 logits.begin());
   }
-  const int k = std::min(options.top_k, V);
+  const int k = options.top_k > 0 ? std::min(options.top_k, V) : V;
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  const double t = std::max(1e-6, static_cast<double>(options.temperature));
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const double t = static_cast<double>(options.temperature);
   std::vector<double> p(k);
-  double maxl = logits[idx[0]], sum = 0;
+  const double maxl = logits[idx[0]];
+  double sum = 0;
   for (int i = 0; i < k; ++i) sum += p[i] = std::exp((logits[idx[i]] - maxl) / t);
-  double r = uniform01 * sum;
-  for (int i = 0; i < k; ++i) {
+  // Nucleus: keep the most probable tokens until their mass reaches top_p (the token that
+  // crosses it stays, as in transformers' TopPLogitsWarper).
+  int keep = k;
+  if (options.top_p < 1.0f) {
+    double mass = 0;
+    for (int i = 0; i < k; ++i) {
+      mass += p[i] / sum;
+      if (mass >= options.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += p[i];
+  double r = uniform01 * kept;
+  for (int i = 0; i < keep; ++i) {
     r -= p[i];
     if (r <= 0) return idx[i];
   }
-  return idx[k - 1];
+  return idx[keep - 1];
+}
+
+std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& options,
+                                                 UnitHooks* hooks) {
+  ZT_ASSERT(!prompts.empty() && !prompts[0].empty(), "generate needs at least one prompt token");
+  ZT_ASSERT(options.max_seq_len > 0, "generate needs max_seq_len");
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  const int64_t P = static_cast<int64_t>(prompts[0].size());
+  for (const auto& p : prompts) {
+    ZT_ASSERT(static_cast<int64_t>(p.size()) == P, "prompts of one batch must have one length");
+  }
+  ZT_ASSERT(P <= options.max_seq_len, "prompt of {} tokens is longer than the context {}", P,
+            options.max_seq_len);
+  const int64_t total = std::min<int64_t>(P + options.max_new_tokens, options.max_seq_len);
+  ctx.mode = Mode::kEval;
+  ctx.targets = nullptr;
+  ctx.attention_mask = nullptr;
+  ctx.token_types = nullptr;
+  const bool cached = options.cache == KvCacheUse::kOn;
+  ZT_ASSERT(!cached || options.num_layers > 0, "a KV cache needs the model's layer count");
+  KvCache cache(B, total, cached ? options.num_layers : 0);
+  ctx.kv_cache = cached ? &cache : nullptr;
+
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  std::vector<std::vector<int32_t>> seqs = prompts, out(static_cast<size_t>(B));
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  for (int64_t len = P; len < total; ++len) {
+    // With the cache: the prompt once, then the one new token of every row.
+    const int64_t from = cached ? cache.past_len : 0, T = len - from;
+    std::vector<int32_t> host(static_cast<size_t>(B * T));
+    for (int64_t b = 0; b < B; ++b) {
+      std::copy(seqs[b].begin() + from, seqs[b].begin() + len, host.begin() + b * T);
+    }
+    Tensor tokens = Tensor::from_blob(host.data(), {B, T}, DType::i32, Device::cpu());
+    Tensor dev_tokens = ctx.device.is_cpu() ? tokens.clone() : tokens.to(ctx.device, ctx.stream);
+    Tensor logits = model.forward(ctx, dev_tokens, hooks);
+    if (cached) cache.past_len = len;
+    const int64_t rows_t = logits.size(1), Vp = logits.size(2);
+    const std::vector<float> all = logits.to_floats();
+    bool all_done = true;
+    for (int64_t b = 0; b < B; ++b) {
+      const auto first = all.begin() + (b * rows_t + rows_t - 1) * Vp;
+      const int32_t next = sample_logits(std::vector<float>(first, first + Vp), options, uni(rng));
+      seqs[b].push_back(next);
+      if (!done[b]) out[b].push_back(next);
+      if (next == options.eos_token_id) done[b] = true;
+      all_done = all_done && done[b];
+    }
+    if (all_done) break;
+  }
+  return out;
 }
 
 std::vector<int32_t> generate(Model& model, Context ctx, std::vector<int32_t> prompt,
                               const GenerateOptions& options, UnitHooks* hooks) {
-  ZT_ASSERT(!prompt.empty(), "generate needs at least one prompt token");
-  ZT_ASSERT(options.max_seq_len > 0, "generate needs max_seq_len");
-  ctx.mode = Mode::kEval;
-  ctx.targets = nullptr;
-  std::mt19937_64 rng(options.seed);
-  std::uniform_real_distribution<double> uni(0.0, 1.0);
-  std::vector<int32_t> out;
-  for (int n = 0; n < options.max_new_tokens; ++n) {
-    const size_t T = std::min<size_t>(prompt.size(), options.max_seq_len);
-    std::vector<int32_t> window(prompt.end() - T, prompt.end());
-    Tensor tokens = Tensor::from_blob(window.data(), {1, static_cast<int64_t>(T)}, DType::i32,
-                                      Device::cpu());
-    Tensor dev_tokens = ctx.device.is_cpu() ? tokens.clone() : tokens.to(ctx.device, ctx.stream);
-    Tensor logits = model.forward(ctx, dev_tokens, hooks);
-    const int64_t Vp = logits.size(-1);
-    std::vector<float> last =
-        logits.view((static_cast<int64_t>(T) - 1) * Vp, {Vp}).to_floats();
-    int32_t next = sample_logits(last, options, uni(rng));
-    prompt.push_back(next);
-    out.push_back(next);
-  }
-  return out;
+  return generate_batch(model, ctx, {std::move(prompt)}, options, hooks)[0];
 }
 
 }  // namespace zt::nn

@@ -1,5 +1,7 @@
-// Text generation from a language model: greedy or top-k sampling, one token at a time (a full
-// forward over the last max_seq tokens each time; no KV cache yet).
+// Text generation from a causal language model: a batch of prompts of one length, greedy or
+// sampled (temperature, top-k, top-p as transformers applies them, in that order), with a KV cache
+// (nn/kv_cache.h: the prompt once, then one token per step) or, as a check, a full forward over
+// the whole sequence for every new token.
 #pragma once
 
 #include <cstdint>
@@ -9,26 +11,40 @@
 
 namespace zt::nn {
 
-enum class Sampling : unsigned char { kGreedy, kTopK };
+enum class Sampling : unsigned char { kGreedy, kSample };
+enum class KvCacheUse : unsigned char { kOn, kOff };
 
 struct GenerateOptions {
   int max_new_tokens = 200;
-  Sampling sampling = Sampling::kTopK;
-  int top_k = 40;
-  float temperature = 1.0f;
+  Sampling sampling = Sampling::kSample;
+  int top_k = 40;            // 0: no top-k filter
+  float top_p = 1.0f;        // 1: no nucleus filter
+  float temperature = 1.0f;  // 0 means greedy
   uint64_t seed = 42;
-  int vocab_size = 0;   // real vocabulary (logits past it are padding)
-  int max_seq_len = 0;  // the model's context
+  int vocab_size = 0;     // real vocabulary (logits past it are padding)
+  int max_seq_len = 0;    // the model's context: generation stops when a row reaches it
+  int num_layers = 0;     // attention layers (the cache's size); 0: no cache possible
+  int eos_token_id = -1;  // a row ends after emitting it (-1: never)
+  KvCacheUse cache = KvCacheUse::kOn;
 };
 
-// `ctx` gives the device, stream and compute dtype; its mode and targets are overridden.
-// `hooks` are the engine's (ZeRO-3 gathers parameters through them); every rank of a sharded
-// model must call generate together.
+// `prompts` are B rows of the same length; returns each row's new tokens (up to max_new_tokens;
+// fewer when it emitted eos_token_id, which is included, or reached max_seq_len). `ctx` gives
+// the device, stream and compute dtype; its mode, targets and cache are overridden. `hooks` are
+// the engine's (ZeRO-3 gathers parameters through them); every rank of a sharded model must call
+// generate together with the same options.
+std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 const GenerateOptions& options,
+                                                 UnitHooks* hooks = nullptr);
+
+// One prompt.
 std::vector<int32_t> generate(Model& model, Context ctx, std::vector<int32_t> prompt,
                               const GenerateOptions& options, UnitHooks* hooks = nullptr);
 
-// Picks the next token from one row of logits (host values): argmax, or a draw from the top-k
-// softmax at `temperature` using `uniform01` in [0,1).
+// Picks the next token from one row of logits (host values): argmax, or a draw from the
+// temperature-scaled softmax restricted to the top_k tokens and then to the smallest set whose
+// probability reaches top_p (at least one token), using `uniform01` in [0,1).
 int32_t sample_logits(const std::vector<float>& logits, const GenerateOptions& options,
                       double uniform01);
 

@@ -12,6 +12,8 @@
 
 namespace zt::nn {
 
+struct KvCache;
+
 enum class Mode : unsigned char { kTrain, kEval };
 
 // What a forward/backward pass runs with.
@@ -25,6 +27,9 @@ struct Context {
   // mask (1 real token, 0 padding) and BERT's token types.
   const Tensor* attention_mask = nullptr;
   const Tensor* token_types = nullptr;
+  // Incremental decoding (eval only, causal models): attention reads and extends this cache and
+  // positions start at kv_cache->past_len (nn/kv_cache.h).
+  KvCache* kv_cache = nullptr;
   // d(total loss)/d(per-token loss): the engine sets loss_scale / (GAS * tokens per micro-batch),
   // so the head's fused cross-entropy writes gradients of the scaled, averaged loss directly.
   float dloss = 1.0f;

@@ -36,6 +36,7 @@ Tensor Attention::forward(Context& ctx, const Tensor& x) {
   const DType dt = ctx.compute_dtype;
   const Stream& s = ctx.stream;
   Tensor qkv = qkv_.forward(ctx, x).reshape({B, T, qkv_.out_features()});
+  if (ctx.kv_cache != nullptr) return forward_cached(ctx, qkv, B, T);
   if (expanded()) {
     // Rotary and the kv heads' repetition in one pass, into the multi-head layout the attention
     // kernels read (backward needs only the same tables, not this input).
@@ -59,6 +60,36 @@ Tensor Attention::forward(Context& ctx, const Tensor& x) {
     kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
   }
   return out_.forward(ctx, atty_).reshape({B, T, config_.hidden});
+}
+
+// Decoding: rotate the new q and k at positions past_len.., store k and v in the cache, attend
+// over everything cached. Nothing is kept for backward.
+Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T) {
+  KvCache& cache = *ctx.kv_cache;
+  ZT_ASSERT(ctx.mode == Mode::kEval && config_.kind == kernels::AttnKind::kCausal,
+            "a KV cache is for causal decoding in eval mode");
+  ZT_ASSERT(config_.layer < static_cast<int>(cache.k.size()), "KV cache has {} layers, not {}",
+            cache.k.size(), config_.layer + 1);
+  ZT_ASSERT(B == cache.batch && cache.past_len + T <= cache.max_len,
+            "KV cache of batch {} and {} positions cannot take {} x {} more after {}",
+            cache.batch, cache.max_len, B, T, cache.past_len);
+  const int NH = config_.n_heads, KV = config_.n_kv_heads;
+  const int64_t HS = config_.head_dim, A = NH * HS;
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  Tensor& kc = cache.k[config_.layer];
+  Tensor& vc = cache.v[config_.layer];
+  if (!kc.defined()) {
+    kc = Tensor::empty({cache.batch, KV, cache.max_len, HS}, dt, ctx.device, s);
+    vc = Tensor::empty({cache.batch, KV, cache.max_len, HS}, dt, ctx.device, s);
+  }
+  const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+  const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+  Tensor q = Tensor::empty({B, T, A}, dt, ctx.device, s);
+  kernels::kv_cache_update(q, kc, vc, qkv, NH, KV, cos, sin, cache.past_len, s);
+  Tensor y = Tensor::empty({B, T, A}, dt, ctx.device, s);
+  kernels::attention_cached(y, q, kc, vc, NH, KV, cache.past_len, s);
+  return out_.forward(ctx, y).reshape({B, T, config_.hidden});
 }
 
 void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {

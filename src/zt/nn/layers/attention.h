@@ -8,6 +8,7 @@
 
 #include "zt/kernels/ops.h"
 #include "zt/nn/layers/linear.h"
+#include "zt/nn/kv_cache.h"
 #include "zt/nn/layers/rotary.h"
 
 namespace zt::nn {
@@ -22,6 +23,7 @@ struct AttentionConfig {
   kernels::AttnKind kind = kernels::AttnKind::kCausal;
   float init_std = 0.02f;
   float out_init_std = 0.02f;
+  int layer = 0;  // this layer's slot in a KvCache
 };
 
 struct AttentionNames {
@@ -43,6 +45,7 @@ class Attention {
   void release();
 
  private:
+  Tensor forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T);
   bool expanded() const { return rotary_ != nullptr || config_.n_kv_heads != config_.n_heads; }
   AttentionConfig config_;
   Rotary* rotary_;

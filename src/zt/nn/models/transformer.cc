@@ -35,15 +35,19 @@ TransformerEmbedding::TransformerEmbedding(const TransformerConfig& c) : Unit("e
 
 // Rows of the position table each token reads: offset + t (cached per batch shape and device).
 const Tensor& TransformerEmbedding::position_ids(Context& ctx, int64_t B, int64_t T) {
-  if (pos_b_ != B || pos_t_ != T || pos_device_ != ctx.device.str()) {
+  const int64_t first = ctx.kv_cache != nullptr ? ctx.kv_cache->past_len : 0;
+  if (pos_b_ != B || pos_t_ != T || pos_first_ != first || pos_device_ != ctx.device.str()) {
     Tensor host = Tensor::empty({B, T}, DType::i32);
     int32_t* p = host.data<int32_t>();
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t t = 0; t < T; ++t) p[b * T + t] = static_cast<int32_t>(c_.position_offset + t);
+      for (int64_t t = 0; t < T; ++t) {
+        p[b * T + t] = static_cast<int32_t>(c_.position_offset + first + t);
+      }
     }
     pos_ids_ = host.to(ctx.device, ctx.stream);
     pos_b_ = B;
     pos_t_ = T;
+    pos_first_ = first;
     pos_device_ = ctx.device.str();
   }
   return pos_ids_;
@@ -52,11 +56,12 @@ const Tensor& TransformerEmbedding::position_ids(Context& ctx, int64_t B, int64_
 Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
   ZT_ASSERT(tokens.ndim() == 2 && tokens.dtype() == DType::i32, "tokens must be (B,T) i32");
   const int64_t B = tokens.size(0), T = tokens.size(1);
-  ZT_ASSERT(c_.positions != Positions::kLearned || T <= c_.max_positions,
-            "sequence {} longer than the model's {} positions", T, c_.max_positions);
+  const int64_t first = ctx.kv_cache != nullptr ? ctx.kv_cache->past_len : 0;
+  ZT_ASSERT(c_.positions != Positions::kLearned || first + T <= c_.max_positions,
+            "positions up to {} past the model's {}", first + T, c_.max_positions);
   tokens_ = tokens;
   const Stream& s = ctx.stream;
-  if (fused()) {  // GPT-2: tokens and positions in one pass
+  if (fused() && first == 0) {  // GPT-2: tokens and positions in one pass
     Tensor e = Tensor::empty({B, T, c_.hidden}, ctx.compute_dtype, ctx.device, s);
     kernels::embedding_forward(e, tokens, wte_->value, wpe_->value, s);
     return e;
@@ -86,7 +91,7 @@ Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
 
 Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
   const Stream& s = ctx.stream;
-  if (fused()) {
+  if (fused()) {  // (training never runs with a cache: positions start at 0)
     kernels::embedding_backward(wte_->grad, wpe_->grad, dout, tokens_, s);
     tokens_ = Tensor();
     return Tensor();
@@ -114,7 +119,7 @@ Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
 
 namespace {
 
-AttentionConfig attention_config(const TransformerConfig& c) {
+AttentionConfig attention_config(const TransformerConfig& c, int layer) {
   return {.hidden = c.hidden,
           .n_heads = c.n_head,
           .n_kv_heads = c.n_kv_head,
@@ -124,7 +129,8 @@ AttentionConfig attention_config(const TransformerConfig& c) {
           .kind = c.model_type == "bert" ? kernels::AttnKind::kBidirectional
                                          : kernels::AttnKind::kCausal,
           .init_std = c.init_std,
-          .out_init_std = c.residual_init_std};
+          .out_init_std = c.residual_init_std,
+          .layer = layer};
 }
 
 MlpConfig mlp_config(const TransformerConfig& c) {
@@ -146,11 +152,12 @@ TransformerBlock::Names TransformerBlock::names(const TransformerConfig& c, int 
   return {unit, p + n.norm1, p + n.qkv, p + n.attn_out, p + n.norm2, p + n.up, p + n.down};
 }
 
-TransformerBlock::TransformerBlock(const TransformerConfig& c, const Names& n, Rotary* rotary)
+TransformerBlock::TransformerBlock(const TransformerConfig& c, int index, const Names& n,
+                                   Rotary* rotary)
     : Unit(n.unit),
       placement_(c.placement),
       norm1_(*this, n.norm1, c.hidden, c.norm, c.norm_eps),
-      attn_(*this, {n.qkv, n.attn_out}, attention_config(c), rotary),
+      attn_(*this, {n.qkv, n.attn_out}, attention_config(c, index), rotary),
       norm2_(*this, n.norm2, c.hidden, c.norm, c.norm_eps),
       mlp_(*this, {n.up, n.down}, mlp_config(c)) {}
 
@@ -237,7 +244,23 @@ Param& TransformerHead::table() {
   return lm_weight_ != nullptr ? *lm_weight_ : embedding_.tokens_table();
 }
 
-Tensor TransformerHead::forward(Context& ctx, const Tensor& x) {
+// Decoding needs only each row's last position: the head runs on those (B, 1, C), as
+// transformers' generate does (logits_to_keep = 1), not on a prompt's whole (B, T, V) logits.
+static Tensor last_positions(const Context& ctx, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  Tensor last = Tensor::empty({B, 1, C}, x.dtype(), x.device(), ctx.stream);
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor dst = last.view(b * C, {C});
+    dst.copy_from(x.view((b * T + T - 1) * C, {C}), ctx.stream);
+  }
+  return last;
+}
+
+Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
+  const Tensor x =
+      ctx.kv_cache != nullptr && ctx.targets == nullptr && x_in.size(1) > 1
+          ? last_positions(ctx, x_in)
+          : x_in;
   const int64_t B = x.size(0), T = x.size(1), N = B * T;
   const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
   const Stream& s = ctx.stream;

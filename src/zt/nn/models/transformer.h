@@ -85,14 +85,14 @@ class TransformerEmbedding : public Unit {
   std::optional<Norm> norm_;
   std::optional<Linear> project_in_;
   Tensor tokens_, types_in_, sum_, pos_ids_;
-  int64_t pos_b_ = -1, pos_t_ = -1;
+  int64_t pos_b_ = -1, pos_t_ = -1, pos_first_ = -1;
   std::string pos_device_;
 };
 
 class TransformerBlock : public Unit {
  public:
   TransformerBlock(const TransformerConfig& c, int index, Rotary* rotary)
-      : TransformerBlock(c, names(c, index), rotary) {}
+      : TransformerBlock(c, index, names(c, index), rotary) {}
   Tensor forward(Context& ctx, const Tensor& x) override;  // (B,T,C) -> (B,T,C)
   Tensor backward(Context& ctx, const Tensor& dout) override;
 
@@ -101,7 +101,7 @@ class TransformerBlock : public Unit {
     std::string unit, norm1, qkv, attn_out, norm2, up, down;
   };
   static Names names(const TransformerConfig& c, int index);
-  TransformerBlock(const TransformerConfig& c, const Names& n, Rotary* rotary);
+  TransformerBlock(const TransformerConfig& c, int index, const Names& n, Rotary* rotary);
   NormPlacement placement_;
   Norm norm1_;
   Attention attn_;

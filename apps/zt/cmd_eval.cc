@@ -1,0 +1,165 @@
+// `zt eval`: a model's loss and perplexity on a token file or tokenised JSON Lines, exactly as
+// transformers computes the loss for that input (tasks/lm_loss.h).
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_args.h"
+#include "commands.h"
+#include "model_args.h"
+#include "zt/core/file_io.h"
+#include "zt/data/jsonl_examples.h"
+#include "zt/data/token_file.h"
+#include "zt/tasks/lm_loss.h"
+
+namespace zt::cli {
+namespace {
+
+constexpr const char* kUsage = R"(Usage: zt eval --model DIR|NAME --data FILE [options]
+
+Prints the mean loss over every counted token of FILE and its perplexity. FILE is a token file
+(cut into windows of --seq-len tokens, labels = inputs) or JSON Lines with `input_ids` and
+optionally `labels` (-100: not counted), `attention_mask`, `token_type_ids`. --task causal
+(default for decoders) predicts each next token; --task mlm (BERT) the labelled positions.
+
+Options:
+)";
+
+std::vector<FlagSpec> flags() {
+  std::vector<FlagSpec> f = model_flags();
+  f.insert(f.end(), {
+                        {"--data", FlagKind::kValue, "token file or JSON Lines", "FILE"},
+                        {"--task", FlagKind::kValue, "causal or mlm (default: the model's)",
+                         "TASK"},
+                        {"--micro-batch", FlagKind::kValue, "rows per forward (default 8)", "B"},
+                        {"--seq-len", FlagKind::kValue,
+                         "token files: tokens per window (default: the model's context up to "
+                         "1024)",
+                         "T"},
+                        {"--metrics-out", FlagKind::kValue, "write the result as JSON", "FILE"},
+                        {"--help", FlagKind::kSwitch, "this help"},
+                    });
+  return f;
+}
+
+Result<std::vector<TokenExample>> token_file_windows(const std::string& path, int64_t seq,
+                                                     int vocab) {
+  ZT_ASSIGN_OR_RETURN(TokenFile file, TokenFile::open(path));
+  std::vector<TokenExample> out;
+  std::vector<uint32_t> buf(static_cast<size_t>(seq));
+  for (int64_t at = 0; at + 2 <= file.num_tokens(); at += seq) {
+    const int64_t n = std::min(seq, file.num_tokens() - at);
+    buf.resize(static_cast<size_t>(n));
+    file.read_tokens(at, buf);
+    TokenExample e;
+    for (int64_t i = 0; i < n; ++i) {
+      if (buf[i] >= static_cast<uint32_t>(vocab)) {
+        return invalid_argument("token file '{}': token {} at position {} is outside the model's "
+                                "vocabulary [0, {})",
+                                path, buf[i], at + i, vocab);
+      }
+      e.input_ids.push_back(static_cast<int32_t>(buf[i]));
+    }
+    out.push_back(std::move(e));
+  }
+  if (out.empty()) return invalid_argument("token file '{}' has fewer than 2 tokens", path);
+  return out;
+}
+
+}  // namespace
+
+int cmd_eval(const Args& args) {
+  const std::vector<FlagSpec> specs = flags();
+  auto parsed = parse_args("zt eval", specs, args);
+  if (!parsed) return fail(parsed.status());
+  const ParsedArgs& a = *parsed;
+  if (a.has("--help")) {
+    std::printf("%s%s", kUsage, usage_flags(specs).c_str());
+    return 0;
+  }
+  if (!a.positional.empty()) {
+    return fail(invalid_argument("zt eval: unexpected argument '{}'", a.positional[0]));
+  }
+  auto data = a.get("--data");
+  if (!data) return fail(invalid_argument("zt eval needs --data FILE"));
+  auto micro = parse_int("--micro-batch", a.get("--micro-batch").value_or("8"), 1);
+  if (!micro) return fail(micro.status());
+  auto m = inference_model_open(a, "zt eval");
+  if (!m) return fail(m.status());
+  const nn::TransformerConfig& c = m->config();
+  nn::Task task = c.task;
+  if (auto t = a.get("--task")) {
+    if (*t != "causal" && *t != "mlm") {
+      return fail(invalid_argument("--task must be causal or mlm, got '{}'", *t));
+    }
+    task = *t == "causal" ? nn::Task::kCausalLM : nn::Task::kMaskedLM;
+    if (task != c.task) {
+      return fail(invalid_argument("--task {}: the model {} is a {} model", *t, *a.get("--model"),
+                                   c.task == nn::Task::kCausalLM ? "causal" : "masked-LM"));
+    }
+  }
+  Result<std::vector<TokenExample>> examples = invalid_argument("");
+  if (jsonl_looks_like(*data)) {
+    examples = jsonl_examples_read(*data, c.vocab_size);
+  } else {
+    auto seq = parse_int("--seq-len",
+                         a.get("--seq-len").value_or(std::to_string(
+                             std::min<int64_t>(c.max_positions, 1024))),
+                         2);
+    if (!seq) return fail(seq.status());
+    examples = token_file_windows(*data, *seq, c.vocab_size);
+  }
+  if (!examples) return fail(examples.status());
+  if (task == nn::Task::kMaskedLM) {
+    for (size_t i = 0; i < examples->size(); ++i) {
+      if ((*examples)[i].labels.empty()) {
+        return fail(invalid_argument("{}: example {} has no 'labels': masked-LM evaluation "
+                                     "counts the labelled positions only",
+                                     *data, i + 1));
+      }
+    }
+  }
+  for (size_t i = 0; i < examples->size(); ++i) {
+    if (static_cast<int64_t>((*examples)[i].input_ids.size()) > c.max_positions) {
+      return fail(invalid_argument("{}: example {} has {} tokens, more than the model's {} "
+                                   "positions",
+                                   *data, i + 1, (*examples)[i].input_ids.size(), c.max_positions));
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  tasks::LossSum total;
+  const auto batches = tasks::lm_batches(*examples, *micro, task);
+  auto last_report = t0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    tasks::lm_loss_accumulate(m->model(), m->weights->context(), batches[i], total);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report > std::chrono::seconds(5) && i + 1 < batches.size()) {
+      last_report = now;
+      std::fprintf(stderr, "eval: batch %zu/%zu, loss so far %.4f over %lld tokens\n", i + 1,
+                   batches.size(), total.mean(), static_cast<long long>(total.count));
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (total.count == 0) return fail(invalid_argument("{}: no position has a label to count", *data));
+  const double loss = total.mean(), ppl = std::exp(loss);
+  std::printf("loss %.6f  perplexity %.4f  over %lld tokens in %zu example(s)\n", loss, ppl,
+              static_cast<long long>(total.count), examples->size());
+  std::fprintf(stderr, "evaluated in %.2f s\n", secs);
+  if (auto out = a.get("--metrics-out")) {
+    const nlohmann::json j = {{"model", *a.get("--model")},
+                              {"data", *data},
+                              {"task", task == nn::Task::kCausalLM ? "causal" : "mlm"},
+                              {"loss", loss},
+                              {"perplexity", ppl},
+                              {"tokens", total.count},
+                              {"examples", examples->size()}};
+    if (Status s = file_write_atomic(*out, j.dump(2) + "\n", "eval metrics"); !s.is_ok()) {
+      return fail(s);
+    }
+  }
+  return 0;
+}
+
+}  // namespace zt::cli

@@ -1,0 +1,45 @@
+#include "model_args.h"
+
+#include "zt/core/log.h"
+
+namespace zt::cli {
+
+std::vector<FlagSpec> model_flags() {
+  return {
+      {"--model", FlagKind::kValue,
+       "a Hugging Face model directory (config.json + *.safetensors) or a named size "
+       "(gpt2-tiny, llama-tiny, ...)",
+       "DIR|NAME"},
+      {"--device", FlagKind::kValue, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)",
+       "DEV"},
+      {"--dtype", FlagKind::kValue, "f32, bf16 or f16 (default: bf16 on a GPU, f32 on the CPU)",
+       "DTYPE"},
+  };
+}
+
+Result<InferenceModel> inference_model_open(const ParsedArgs& a, const std::string& command) {
+  auto name = a.get("--model");
+  if (!name) return invalid_argument("{} needs --model DIR|NAME", command);
+  Device device = cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+  if (auto d = a.get("--device")) {
+    ZT_ASSIGN_OR_RETURN(device, device_parse(*d));
+  }
+  ZT_RETURN_IF_ERROR(device_check(device));
+  DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
+  if (auto d = a.get("--dtype")) {
+    ZT_ASSIGN_OR_RETURN(dtype, dtype_parse(*d));
+    if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
+      return invalid_argument("--dtype must be f32, bf16 or f16, not '{}'", *d);
+    }
+  }
+  InferenceModel m;
+  ZT_ASSIGN_OR_RETURN(m.choice, nn::model_open(*name));
+  if (!m.choice.has_weights) {
+    ZT_LOG_WARN("{}: no weights, the model is randomly initialised", *name);
+  }
+  ZT_ASSIGN_OR_RETURN(InferenceWeights w, InferenceWeights::bind(m.model(), device, dtype));
+  m.weights = std::make_unique<InferenceWeights>(std::move(w));
+  return m;
+}
+
+}  // namespace zt::cli

@@ -1,0 +1,28 @@
+// What `zt eval` and `zt generate` share: the model (--model), the device (--device) and the
+// weights' dtype (--dtype), with the weights bound for inference (runtime/inference.h).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cli_args.h"
+#include "zt/nn/models/registry.h"
+#include "zt/runtime/inference.h"
+
+namespace zt::cli {
+
+// The flags this adds to a command's table.
+std::vector<FlagSpec> model_flags();
+
+struct InferenceModel {
+  nn::ModelChoice choice;
+  std::unique_ptr<InferenceWeights> weights;
+  nn::Transformer& model() { return *choice.model; }
+  const nn::TransformerConfig& config() const { return choice.model->transformer_config(); }
+};
+
+// --model (required), --device (default: cuda when a GPU is visible), --dtype (default: bf16 on
+// a GPU, f32 on the CPU).
+Result<InferenceModel> inference_model_open(const ParsedArgs& a, const std::string& command);
+
+}  // namespace zt::cli

@@ -1,0 +1,36 @@
+// Language-model loss as transformers defines it, for evaluation (`zt eval`): causal LM predicts
+// labels[t + 1] at position t (labels default to the inputs); masked LM predicts labels[t] at t;
+// -100 is not counted; the loss is the mean over every counted position of the whole data set
+// (not a mean of batch means), and the perplexity its exponential.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "zt/data/jsonl_examples.h"
+#include "zt/nn/models/transformer.h"
+
+namespace zt::tasks {
+
+// One padded batch (B, T), host values: rows shorter than T are padded with id 0, label -100 and
+// attention mask 0.
+struct LmBatch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> input_ids, targets, attention_mask, token_type_ids;
+  bool padded = false;  // some mask value is 0: attention must see the mask
+};
+
+// Groups `examples` into batches of up to `micro_batch` rows in order; targets per `task`.
+std::vector<LmBatch> lm_batches(const std::vector<TokenExample>& examples, int64_t micro_batch,
+                                nn::Task task);
+
+struct LossSum {
+  double sum = 0;
+  int64_t count = 0;  // counted positions
+  double mean() const { return count > 0 ? sum / static_cast<double>(count) : 0.0; }
+};
+
+// Forward of one batch on ctx's device (eval mode); adds its counted per-position losses.
+void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into);
+
+}  // namespace zt::tasks

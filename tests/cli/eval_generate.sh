@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# `zt eval` and `zt generate` as a user runs them, against transformers' numbers in the fixtures
+# (tests/fixtures/hf/*/expected.safetensors): the loss of the fixture's rows written as JSON Lines,
+# and greedy generation from its prompts; then the user mistakes, one line each.
+# Usage: eval_generate.sh ZT_BINARY SOURCE_DIR
+set -u
+zt=$1
+src=$2
+fx=$src/tests/fixtures/hf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+# Reads a fixture's expected.safetensors with the standard library only (CI has no numpy).
+cat >"$tmp/fixture.py" <<'PY'
+import json, struct, sys
+def read(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        fmt = {"I32": "i", "F32": "f"}[e["dtype"]]
+        out[name] = (e["shape"], list(struct.unpack("<%d%s" % ((b - a) // 4, fmt), data[a:b])))
+    return out
+what, path = sys.argv[1], sys.argv[2]
+t = read(path)
+if what == "jsonl":  # one example per row, as transformers' tokenizer would give it
+    (B, T), ids = t["input_ids"]
+    for b in range(B):
+        row = {"input_ids": ids[b * T:(b + 1) * T], "labels": t["labels"][1][b * T:(b + 1) * T],
+               "attention_mask": t["attention_mask"][1][b * T:(b + 1) * T]}
+        if "token_type_ids" in t:
+            row["token_type_ids"] = t["token_type_ids"][1][b * T:(b + 1) * T]
+        print(json.dumps(row))
+elif what == "loss":
+    print(t["loss"][1][0])
+elif what == "prompt":  # row 0's prompt ids, comma-separated
+    (B, P), ids = t["generate_prompt"]
+    print(",".join(map(str, ids[:P])))
+elif what == "generated":  # row 0's new ids
+    (B, P), _ = t["generate_prompt"]
+    (B, L), ids = t["generated"]
+    print(" ".join(map(str, ids[P:L])))
+elif what == "new":
+    (B, P), _ = t["generate_prompt"]
+    print(t["generated"][0][1] - P)
+PY
+py() { python3 "$tmp/fixture.py" "$@"; }
+
+for name in gpt2 llama qwen2 opt bert_mlm; do
+  py jsonl "$fx/$name/expected.safetensors" >"$tmp/$name.jsonl"
+  want=$(py loss "$fx/$name/expected.safetensors")
+  out=$("$zt" eval --model "$fx/$name" --data "$tmp/$name.jsonl" --device cpu --micro-batch 2 \
+        --metrics-out "$tmp/$name.json" 2>&1)
+  got=$(python3 -c "import json; print(json.load(open('$tmp/$name.json'))['loss'])" 2>/dev/null)
+  if [ -n "$got" ] && python3 -c "import sys; g, w = $got, $want; sys.exit(0 if abs(g - w) <= 1e-5 * abs(w) else 1)"; then
+    echo "ok: zt eval $name: loss $got (transformers $want)"
+  else
+    echo "FAIL: zt eval $name: loss '$got', transformers $want"; echo "$out" | tail -3; fails=$((fails+1))
+  fi
+done
+
+for name in gpt2 llama qwen2 opt; do
+  e=$fx/$name/expected.safetensors
+  want=$(py generated "$e")
+  got=$("$zt" generate --model "$fx/$name" --prompt-ids "$(py prompt "$e")" \
+        --max-new-tokens "$(py new "$e")" --device cpu 2>/dev/null)
+  if [ "$got" = "$want" ]; then
+    echo "ok: zt generate $name: $got"
+  else
+    echo "FAIL: zt generate $name: '$got', transformers '$want'"; fails=$((fails+1))
+  fi
+done
+
+# A byte-level model from text: the prompt comes back first.
+got=$("$zt" generate --model llama-tiny --prompt "Hello" --max-new-tokens 4 --device cpu 2>/dev/null)
+if [ "${got:0:5}" = "Hello" ]; then echo "ok: text prompt"; else echo "FAIL: text prompt: '$got'"; fails=$((fails+1)); fi
+
+# expect_error DESCRIPTION EXPECTED_SUBSTRING -- COMMAND...
+expect_error() {
+  local what=$1 want=$2
+  shift 3
+  local out rc
+  out=$(timeout 60 "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$out" || [ "$(grep -c . <<<"$out")" -gt 2 ]; then
+    echo "FAIL: $what: exit $rc:"; echo "$out" | head -5; fails=$((fails+1)); return
+  fi
+  echo "ok: $what"
+}
+echo '{"text": "hello"}' >"$tmp/text.jsonl"
+expect_error "text rows need a tokenizer" "text.jsonl:1" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/text.jsonl" --device cpu
+printf '{"input_ids": [1, 2]}\n{"input_ids": [1, 999]}\n' >"$tmp/big.jsonl"
+expect_error "an id past the vocabulary names the line" "big.jsonl:2" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/big.jsonl" --device cpu
+printf '{"input_ids": [1, 2], "labels": [1]}\n' >"$tmp/len.jsonl"
+expect_error "labels of another length" "labels" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/len.jsonl" --device cpu
+printf '{"input_ids": [1, 2]}\n' >"$tmp/nolabels.jsonl"
+expect_error "masked LM without labels" "labels" -- "$zt" eval --model "$fx/bert_mlm" --data "$tmp/nolabels.jsonl" --device cpu
+expect_error "wrong task for the model" "--task mlm" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/nolabels.jsonl" --task mlm --device cpu
+expect_error "BERT does not generate" "masked-LM" -- "$zt" generate --model "$fx/bert_mlm" --prompt-ids 1,2 --device cpu
+expect_error "an id past the vocabulary" "--prompt-ids" -- "$zt" generate --model "$fx/gpt2" --prompt-ids 1,300 --device cpu
+expect_error "text prompt on a small vocabulary" "--prompt-ids" -- "$zt" generate --model "$fx/opt" --prompt hi --device cpu
+expect_error "unknown model" "unknown model" -- "$zt" generate --model nosuch --prompt hi --device cpu
+expect_error "folder without config.json" "config.json" -- "$zt" eval --model "$tmp" --data "$tmp/big.jsonl" --device cpu
+
+[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all eval/generate checks passed"
