@@ -18,7 +18,8 @@ struct ActName {
 constexpr ActName kActivations[] = {{Activation::kGeluTanh, "gelu_tanh"},
                                     {Activation::kGeluErf, "gelu_erf"},
                                     {Activation::kRelu, "relu"},
-                                    {Activation::kSilu, "silu"}};
+                                    {Activation::kSilu, "silu"},
+                                    {Activation::kTanh, "tanh"}};
 
 TEST(ActivationCuda, AllActivationsMatchCpu) {
   ZT_SKIP_WITHOUT_CUDA();

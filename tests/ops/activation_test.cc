@@ -40,12 +40,16 @@ long double relu(long double x) {
 long double silu(long double x) {
   return x / (1.0L + std::exp(-x));
 }
+long double tanh_act(long double x) {
+  return std::tanh(x);
+}
 
 const ActCase kCases[] = {
     {Activation::kGeluTanh, "gelu_tanh", gelu_tanh},
     {Activation::kGeluErf, "gelu_erf", gelu_erf},
     {Activation::kRelu, "relu", relu},
     {Activation::kSilu, "silu", silu},
+    {Activation::kTanh, "tanh", tanh_act},
 };
 
 TEST(Activation, ForwardMatchesFormulas) {
@@ -119,6 +123,13 @@ TEST(Activation, Float32StaysFiniteInTheTails) {
     const std::vector<double> o = out.to_doubles(), g = din.to_doubles();
     for (size_t i = 0; i < xs.size(); ++i) {
       ASSERT_TRUE(std::isfinite(o[i]) && std::isfinite(g[i])) << "x = " << xs[i];
+    }
+    if (a.act == Activation::kTanh) {  // saturates at -1 and 1 with a vanishing slope
+      EXPECT_EQ(o.back(), 1.0);
+      EXPECT_EQ(o.front(), -1.0);
+      EXPECT_EQ(g.back(), 0.0);
+      EXPECT_EQ(g.front(), 0.0);
+      continue;
     }
     // f(x) -> x and f'(x) -> 1 for large x; f(x) -> 0 and f'(x) -> 0 for very negative x.
     EXPECT_NEAR(o.back(), 200.0, 1e-4);

@@ -84,8 +84,8 @@ struct LambArgs {
 // ---- activation functions of activation_forward/backward (kernels/op_table.inc).
 // kGeluTanh: GPT-2's 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the gelu_* ops' function;
 // kGeluErf: BERT's exact 0.5 x (1 + erf(x / sqrt(2))); kRelu: max(x, 0), derivative 0 at 0;
-// kSilu: x sigmoid(x) (Llama's and Qwen2's MLP gate, through swiglu_*).
-enum class Activation : unsigned char { kGeluTanh, kGeluErf, kRelu, kSilu };
+// kSilu: x sigmoid(x) (Llama's and Qwen2's MLP gate, through swiglu_*); kTanh: BERT's pooler.
+enum class Activation : unsigned char { kGeluTanh, kGeluErf, kRelu, kSilu, kTanh };
 
 // The fused attention kernels' reach: the CUDA kernels take bf16/f16 with head size 64 or 128;
 // the CPU reference (f32/f64) takes any shape.

@@ -38,6 +38,8 @@ T activation_value(T x) {
     return T{0.5} * x * (T{1} + std::erf(x * static_cast<T>(kInvSqrt2)));
   } else if constexpr (A == Activation::kRelu) {
     return x > T{0} ? x : T{0};
+  } else if constexpr (A == Activation::kTanh) {
+    return std::tanh(x);
   } else {
     return x * sigmoid(x);
   }
@@ -58,6 +60,9 @@ T activation_derivative(T x) {
     return cdf + x * pdf;
   } else if constexpr (A == Activation::kRelu) {
     return x > T{0} ? T{1} : T{0};  // 0 at 0, as torch
+  } else if constexpr (A == Activation::kTanh) {
+    const T th = std::tanh(x);
+    return T{1} - th * th;
   } else {
     const T sg = sigmoid(x);
     return sg * (T{1} + x * (T{1} - sg));
@@ -97,6 +102,9 @@ void dispatch_activation(Activation act, const char* op, F&& f) {
       return;
     case Activation::kSilu:
       f(ActTag<Activation::kSilu>{});
+      return;
+    case Activation::kTanh:
+      f(ActTag<Activation::kTanh>{});
       return;
   }
   ZT_ASSERT(false, "{}: unknown activation {}", op, static_cast<int>(act));

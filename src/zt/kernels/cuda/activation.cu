@@ -30,6 +30,8 @@ __device__ __forceinline__ float activation_value(float x) {
     return 0.5f * x * (1.0f + erff(x * kInvSqrt2));
   } else if constexpr (A == Activation::kRelu) {
     return x > 0.0f ? x : 0.0f;
+  } else if constexpr (A == Activation::kTanh) {
+    return tanhf(x);
   } else {
     return x * sigmoid(x);
   }
@@ -46,6 +48,9 @@ __device__ __forceinline__ float activation_derivative(float x) {
     return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
   } else if constexpr (A == Activation::kRelu) {
     return x > 0.0f ? 1.0f : 0.0f;  // 0 at 0, as torch
+  } else if constexpr (A == Activation::kTanh) {
+    const float th = tanhf(x);
+    return 1.0f - th * th;
   } else {
     const float sg = sigmoid(x);
     return sg * (1.0f + x * (1.0f - sg));
@@ -92,6 +97,9 @@ void dispatch_activation(Activation act, const char* op, F&& f) {
       return;
     case Activation::kSilu:
       f(ActTag<Activation::kSilu>{});
+      return;
+    case Activation::kTanh:
+      f(ActTag<Activation::kTanh>{});
       return;
   }
   ZT_ASSERT(false, "{}: unknown activation {}", op, static_cast<int>(act));

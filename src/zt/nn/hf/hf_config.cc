@@ -70,7 +70,8 @@ Result<kernels::Activation> activation_named(const Keys& k, const char* key,
   if (a == "gelu") return kernels::Activation::kGeluErf;
   if (a == "relu") return kernels::Activation::kRelu;
   if (a == "silu" || a == "swish") return kernels::Activation::kSilu;
-  return k.unsupported(key, "activations are gelu, gelu_new, relu and silu");
+  if (a == "tanh") return kernels::Activation::kTanh;
+  return k.unsupported(key, "activations are gelu, gelu_new, relu, silu and tanh");
 }
 
 std::string activation_name(kernels::Activation a) {
@@ -83,6 +84,8 @@ std::string activation_name(kernels::Activation a) {
       return "relu";
     case kernels::Activation::kSilu:
       return "silu";
+    case kernels::Activation::kTanh:
+      return "tanh";
   }
   return "gelu";
 }
@@ -266,7 +269,31 @@ Status read_bert(const Keys& k, TransformerConfig& t) {
   t.final_norm = false;
   t.embed_norm = true;
   t.positions = Positions::kLearned;
+  // The head comes from `architectures`: BertForSequenceClassification (pooler + classifier,
+  // single-label cross-entropy), else the masked-LM head (BertForMaskedLM, BertForPreTraining,
+  // BertModel checkpoints).
   t.task = Task::kMaskedLM;
+  if (k.has("architectures") && k.raw()["architectures"].is_array()) {
+    for (const json& a : k.raw()["architectures"]) {
+      if (a == "BertForSequenceClassification") t.task = Task::kSequenceClassification;
+    }
+  }
+  if (t.task == Task::kSequenceClassification) {
+    int64_t labels = 2;
+    if (k.has("id2label") && k.raw()["id2label"].is_object()) {
+      labels = static_cast<int64_t>(k.raw()["id2label"].size());
+    }
+    ZT_ASSIGN_OR_RETURN(labels, k.int_or("num_labels", labels));
+    ZT_ASSIGN_OR_RETURN(std::string problem, k.str_or("problem_type", ""));
+    if (labels < 2 || labels > 65536) {
+      return k.unsupported("num_labels", "sequence classification needs 2 to 65536 labels "
+                                         "(1 label is regression, which ZeroTrain does not train)");
+    }
+    if (!problem.empty() && problem != "single_label_classification") {
+      return k.unsupported("problem_type", "only single_label_classification is supported");
+    }
+    t.num_labels = static_cast<int>(labels);
+  }
   ZT_ASSIGN_OR_RETURN(double init, k.num_or("initializer_range", 0.02));
   t.init_std = t.residual_init_std = t.position_init_std = static_cast<float>(init);
   return Status::ok();
@@ -397,7 +424,20 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["enable_bias"] = c.qkv_bias == Bias::kWith;
     j["init_std"] = c.init_std;
   } else {
-    j["architectures"] = {"BertForMaskedLM"};
+    if (c.task == Task::kSequenceClassification) {
+      j["architectures"] = {"BertForSequenceClassification"};
+      j["num_labels"] = c.num_labels;
+      j["problem_type"] = "single_label_classification";
+      json id2label = json::object(), label2id = json::object();
+      for (int i = 0; i < c.num_labels; ++i) {
+        id2label[std::to_string(i)] = fmt::format("LABEL_{}", i);
+        label2id[fmt::format("LABEL_{}", i)] = i;
+      }
+      j["id2label"] = id2label;
+      j["label2id"] = label2id;
+    } else {
+      j["architectures"] = {"BertForMaskedLM"};
+    }
     j["num_hidden_layers"] = c.n_layer;
     j["num_attention_heads"] = c.n_head;
     j["hidden_size"] = c.hidden;

@@ -29,7 +29,8 @@ std::string swap_last(const std::string& s, std::string_view from, std::string_v
 }
 
 bool is_head_name(const std::string& name) {
-  return name.rfind("lm_head", 0) == 0 || name.rfind("cls.", 0) == 0;
+  return name.rfind("lm_head", 0) == 0 || name.rfind("cls.", 0) == 0 ||
+         name.rfind("classifier.", 0) == 0;
 }
 
 // A tensor of one open file, as a parameter reads it.
@@ -143,6 +144,9 @@ bool hf_tensor_ignored(const TransformerConfig& c, const std::string& name) {
       (name == "lm_head.weight" || name == "cls.predictions.decoder.weight")) {
     return true;
   }
+  // A classifier keeps the pooler; a masked-LM model may find one (and pre-training heads) in a
+  // BertForPreTraining checkpoint and not use it.
+  if (c.task == Task::kSequenceClassification) return false;
   return name == "cls.predictions.decoder.bias" || name.rfind("cls.seq_relationship", 0) == 0 ||
          name.rfind("bert.pooler.", 0) == 0;
 }

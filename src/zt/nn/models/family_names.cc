@@ -57,6 +57,8 @@ const FamilyNames& family_names(std::string_view model_type) {
                                 .transform = "cls.predictions.transform.dense",
                                 .transform_norm = "cls.predictions.transform.LayerNorm",
                                 .lm_bias = "cls.predictions.bias",
+                                .pooler = "pooler.dense",
+                                .classifier = "classifier",
                                 .hf_prefix = "bert."};
   if (model_type == "gpt2") return gpt2;
   if (model_type == "llama" || model_type == "qwen2") return llama;

@@ -15,8 +15,9 @@ struct FamilyNames {
   std::string block{};  // "h", "layers", "encoder.layer": block i is "<block>.<i>."
   std::string norm1{}, qkv{}, attn_out{}, norm2{}, up{}, down{};
   std::string final_norm{}, project_out{}, lm_head{}, transform{}, transform_norm{}, lm_bias{};
-  // Prefix of the body's tensors in transformers' files; head tensors named lm_head.* or cls.*
-  // carry none. GPT-2's files may have it or not (GPT2LMHeadModel vs GPT2Model).
+  std::string pooler{}, classifier{};  // sequence classification (BERT)
+  // Prefix of the body's tensors in transformers' files; head tensors named lm_head.*, cls.* or
+  // classifier.* carry none. GPT-2's files may have it or not (GPT2LMHeadModel vs GPT2Model).
   std::string hf_prefix{};
 };
 

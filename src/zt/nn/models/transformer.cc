@@ -227,6 +227,12 @@ TransformerHead::TransformerHead(const TransformerConfig& c, TransformerEmbeddin
   if (c.embed_dim != c.hidden) {
     project_out_.emplace(*this, n.project_out, c.hidden, c.embed_dim, Bias::kNone, c.init_std);
   }
+  if (c.task == Task::kSequenceClassification) {
+    // No LM matmul: the pooler reads the first token, the classifier the pooled vector.
+    pooler_.emplace(*this, n.pooler, c.hidden, c.hidden, Bias::kWith, c.init_std);
+    classifier_.emplace(*this, n.classifier, c.hidden, c.num_labels, Bias::kWith, c.init_std);
+    return;
+  }
   if (c.task == Task::kMaskedLM) {
     transform_.emplace(*this, n.transform, c.hidden, c.hidden, Bias::kWith, c.init_std);
     transform_norm_.emplace(*this, n.transform_norm, c.hidden, NormKind::kLayerNorm, c.norm_eps);
@@ -257,6 +263,7 @@ static Tensor last_positions(const Context& ctx, const Tensor& x) {
 }
 
 Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
+  if (classifier_) return forward_classify(ctx, x_in);
   const Tensor x =
       ctx.kv_cache != nullptr && ctx.targets == nullptr && x_in.size(1) > 1
           ? last_positions(ctx, x_in)
@@ -295,8 +302,60 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   return losses;
 }
 
+// BERT's classifier: pooled = tanh(W_p x[:, 0] + b_p); logits = W_c pooled + b_c (B, labels).
+// With targets (B) i32 (negative: not counted) it returns per-row losses (B).
+Tensor TransformerHead::forward_classify(Context& ctx, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
+  const Stream& s = ctx.stream;
+  in_shape_ = x.shape();
+  first_ = Tensor::empty({B, C}, dt, ctx.device, s);
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor row = first_.view(b * C, {C});
+    row.copy_from(x.view(b * T * C, {C}), s);
+  }
+  pooled_pre_ = pooler_->forward(ctx, first_);
+  features_ = Tensor::empty(pooled_pre_.shape(), dt, ctx.device, s);
+  kernels::activation_forward(features_, pooled_pre_, kernels::Activation::kTanh, s);
+  logits_ = classifier_->forward(ctx, features_);
+  have_dlogits_ = false;
+  if (ctx.targets == nullptr) return logits_;
+  ZT_ASSERT(ctx.targets->numel() == B, "sequence classification takes one label per row: {} for "
+            "{} rows", ctx.targets->numel(), B);
+  Tensor losses = Tensor::empty({B}, acc, ctx.device, s);
+  Tensor targets = ctx.targets->reshape({B});
+  if (ctx.mode == Mode::kTrain) {
+    kernels::crossentropy_fused(losses, logits_, targets, c_.num_labels, ctx.dloss, s);
+    have_dlogits_ = true;
+  } else {
+    kernels::crossentropy_forward(losses, logits_, targets, c_.num_labels, s);
+  }
+  return losses;
+}
+
+Tensor TransformerHead::backward_classify(Context& ctx) {
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  const int64_t B = in_shape_[0], T = in_shape_[1], C = in_shape_[2];
+  Tensor dpooled = Tensor::empty(features_.shape(), dt, ctx.device, s);
+  classifier_->backward(ctx, logits_, features_, &dpooled);
+  kernels::activation_backward(dpooled, dpooled, pooled_pre_, kernels::Activation::kTanh, s);
+  Tensor dfirst = Tensor::empty(first_.shape(), dt, ctx.device, s);
+  pooler_->backward(ctx, dpooled, first_, &dfirst);
+  // Only the first token of each row reaches the loss.
+  Tensor dx = Tensor::zeros(in_shape_, dt, ctx.device, s);
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor row = dx.view(b * T * C, {C});
+    row.copy_from(dfirst.view(b * C, {C}), s);
+  }
+  first_ = pooled_pre_ = features_ = logits_ = Tensor();
+  have_dlogits_ = false;
+  return dx;
+}
+
 Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
   ZT_ASSERT(have_dlogits_, "head backward without a training forward with targets");
+  if (classifier_) return backward_classify(ctx);
   const DType dt = ctx.compute_dtype;
   const Stream& s = ctx.stream;
   Param& w = table();

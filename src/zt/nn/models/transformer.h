@@ -25,11 +25,14 @@ namespace zt::nn {
 enum class Positions : unsigned char { kNone, kLearned, kRotary };
 enum class NormPlacement : unsigned char { kPre, kPost };  // pre-LN decoders; BERT, OPT-350m
 enum class Tied : unsigned char { kNo, kYes };
-enum class Task : unsigned char { kCausalLM, kMaskedLM };
+// kSequenceClassification: BERT's pooler (dense + tanh on the first token) and classifier; the
+// targets are one label per row (B), the loss single-label cross-entropy over num_labels.
+enum class Task : unsigned char { kCausalLM, kMaskedLM, kSequenceClassification };
 
 struct TransformerConfig {
   std::string model_type = "gpt2";  // the family: gpt2, llama, qwen2, opt, bert
   Task task = Task::kCausalLM;
+  int num_labels = 0;  // kSequenceClassification
   int n_layer = 0;
   int n_head = 0;
   int n_kv_head = 0;
@@ -123,6 +126,8 @@ class TransformerHead : public Unit {
   Tensor backward(Context& ctx, const Tensor& dout) override;
 
  private:
+  Tensor forward_classify(Context& ctx, const Tensor& x);
+  Tensor backward_classify(Context& ctx);
   Param& table();
   const TransformerConfig& c_;
   TransformerEmbedding& embedding_;
@@ -130,10 +135,12 @@ class TransformerHead : public Unit {
   std::optional<Linear> project_out_;
   std::optional<Linear> transform_;  // BERT's MLM transform: dense, GELU, LayerNorm
   std::optional<Norm> transform_norm_;
+  std::optional<Linear> pooler_, classifier_;  // sequence classification
   Param* lm_weight_ = nullptr;  // untied
   Param* lm_bias_ = nullptr;
   Shape in_shape_;
   Tensor x_, normed_, projected_, t_pre_, t_act_, features_, logits_;
+  Tensor first_, pooled_pre_;  // sequence classification: the rows' first tokens, pre-tanh
   bool have_dlogits_ = false;
 };
 
