@@ -1,6 +1,7 @@
 // `zt ckpt`: checkpoints without training. to-fp32 (DeepSpeed's zero_to_fp32.py) writes the
-// consolidated fp32 weights; inspect lists what a checkpoint folder holds and, with --verify,
-// checks every file against its recorded size and checksum.
+// consolidated fp32 weights; export-hf writes a checkpoint or a model directory as a folder
+// transformers loads; inspect lists what a checkpoint folder holds and, with --verify, checks
+// every file against its recorded size and checksum.
 #include <cstdio>
 #include <filesystem>
 
@@ -8,16 +9,25 @@
 #include "commands.h"
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/consolidate.h"
+#include "zt/nn/hf/hf_export.h"
 
 namespace zt::cli {
 namespace {
 
 constexpr const char* kUsage = R"(Usage: zt ckpt to-fp32 CKPT_DIR OUT_DIR [--tag TAG] [--max-shard-size 5GB]
+       zt ckpt export-hf SRC OUT_DIR [--tag TAG] [--dtype f32|bf16|f16] [--max-shard-size 5GB]
        zt ckpt inspect CKPT_DIR [--tag TAG] [--verify]
 
 to-fp32   the full fp32 weights of a checkpoint saved at any world size and ZeRO stage, as
           safetensors (sharded with model.safetensors.index.json past --max-shard-size) plus the
           model's config.json (DeepSpeed's zero_to_fp32.py).
+export-hf a checkpoint (SRC with `latest` or a global_step folder) or a model directory (SRC
+          with config.json) as a folder transformers' from_pretrained loads: its config.json,
+          the weights by transformers' names (q/k/v and gate/up split, vocabulary padding
+          dropped) in model.safetensors or shards of --max-shard-size (default 5GB = 5e9 bytes,
+          as transformers) with model.safetensors.index.json, and the tokenizer files beside a
+          model directory. --dtype: default the source files' dtype (a model directory) or f32
+          (a checkpoint).
 inspect   the tags in CKPT_DIR and, for one (default: latest), its step, world size, stage,
           precision, model and files; --verify checks every file's size and checksum and names
           the first that is missing or damaged (exit 1).
@@ -27,7 +37,12 @@ Options:
 
 const std::vector<FlagSpec> kFlags = {
     {"--tag", FlagKind::kValue, "the checkpoint tag (default: the one `latest` names)", "TAG"},
-    {"--max-shard-size", FlagKind::kValue, "to-fp32: largest output file (default 5GB)", "SIZE"},
+    {"--max-shard-size", FlagKind::kValue,
+     "to-fp32, export-hf: largest weights file (default 5GB: 5GiB for to-fp32 as DeepSpeed, "
+     "5e9 bytes for export-hf as transformers)",
+     "SIZE"},
+    {"--dtype", FlagKind::kValue, "export-hf: f32, bf16 or f16 (default: as the source)",
+     "DTYPE"},
     {"--verify", FlagKind::kSwitch, "inspect: check every file's size and checksum"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
@@ -49,6 +64,32 @@ int to_fp32(const ParsedArgs& a) {
   std::printf("%s: %lld parameters, %.1f MiB of fp32 in %d file(s) in %s\n", s->tag.c_str(),
               static_cast<long long>(s->parameters), s->bytes / 1048576.0, s->files,
               a.positional[2].c_str());
+  return 0;
+}
+
+int export_hf(const ParsedArgs& a) {
+  if (a.positional.size() != 3) {
+    return fail(invalid_argument("zt ckpt export-hf needs SRC (a checkpoint folder or a model "
+                                 "directory) and OUT_DIR"));
+  }
+  nn::HfExportOptions o;
+  o.tag = a.get("--tag").value_or("");
+  if (auto m = a.get("--max-shard-size")) {
+    auto b = ckpt::byte_size_parse(*m, "--max-shard-size");
+    if (!b) return fail(b.status());
+    o.max_shard_bytes = *b;
+  }
+  if (auto d = a.get("--dtype")) {
+    auto dt = nn::hf_export_dtype_parse(*d, "--dtype");
+    if (!dt) return fail(dt.status());
+    o.dtype = *dt;
+  }
+  o.progress = [](const std::string& path) { std::fprintf(stderr, "wrote %s\n", path.c_str()); };
+  auto s = nn::hf_export(a.positional[1], a.positional[2], o);
+  if (!s) return fail(s.status());
+  std::printf("%s: %d tensors, %lld parameters, %.1f MiB of %s in %d file(s) in %s\n",
+              s->source.c_str(), s->tensors, static_cast<long long>(s->parameters),
+              s->bytes / 1048576.0, s->dtypes.c_str(), s->files, a.positional[2].c_str());
   return 0;
 }
 
@@ -109,8 +150,9 @@ int cmd_ckpt(const Args& args) {
     return a.has("--help") ? 0 : 2;
   }
   if (a.positional[0] == "to-fp32") return to_fp32(a);
+  if (a.positional[0] == "export-hf") return export_hf(a);
   if (a.positional[0] == "inspect") return inspect(a);
-  return fail(invalid_argument("zt ckpt: unknown action '{}' (to-fp32 or inspect)",
+  return fail(invalid_argument("zt ckpt: unknown action '{}' (to-fp32, export-hf or inspect)",
                                a.positional[0]));
 }
 

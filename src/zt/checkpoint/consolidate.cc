@@ -3,11 +3,12 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/flat_layout.h"
-#include "zt/checkpoint/safetensors.h"
+#include "zt/core/assert.h"
 #include "zt/core/file_io.h"
 
 namespace zt::ckpt {
@@ -34,57 +35,125 @@ Result<int64_t> byte_size_parse(const std::string& text, std::string_view flag) 
   return static_cast<int64_t>(std::llround(v * it->second));
 }
 
-Result<ConsolidateSummary> consolidate_fp32(const std::string& ckpt_dir,
-                                            const std::string& out_dir,
-                                            const ConsolidateOptions& options) {
-  ZT_ASSIGN_OR_RETURN(std::string tag, tag_resolve(ckpt_dir, options.tag));
-  const std::string dir = tag_path(ckpt_dir, tag);
-  ZT_ASSIGN_OR_RETURN(nlohmann::json meta, metadata_read(dir));
-  ZT_RETURN_IF_ERROR(checkpoint_verify(dir, meta));
-  struct Param {
-    std::string name;
-    std::vector<int64_t> shape;
-    int unit = 0;
-    int64_t unit_numel = 0, offset = 0, numel = 0;
-  };
-  std::vector<Param> params;
-  int world = 0;
+// ---- the reader
+
+Result<CheckpointWeights> CheckpointWeights::open(const std::string& ckpt_dir,
+                                                  const std::string& tag) {
+  CheckpointWeights w;
+  ZT_ASSIGN_OR_RETURN(w.tag_, tag_resolve(ckpt_dir, tag));
+  w.path_ = tag_path(ckpt_dir, w.tag_);
+  const std::string& dir = w.path_;
+  ZT_ASSIGN_OR_RETURN(w.meta_, metadata_read(dir));
+  ZT_RETURN_IF_ERROR(checkpoint_verify(dir, w.meta_));
   try {
-    world = meta.at("dp_world_size").get<int>();
-    const auto& units = meta.at("model").at("units");
+    w.world_ = w.meta_.at("dp_world_size").get<int>();
+    const auto& units = w.meta_.at("model").at("units");
     for (size_t u = 0; u < units.size(); ++u) {
       for (const auto& p : units[u].at("params")) {
-        Param q{.name = p.at("name").get<std::string>(),
-                .shape = p.at("shape").get<std::vector<int64_t>>(),
-                .unit = static_cast<int>(u),
-                .unit_numel = units[u].at("numel").get<int64_t>(),
-                .offset = p.at("offset").get<int64_t>(),
-                .numel = 1};
+        CheckpointParam q{.name = p.at("name").get<std::string>(),
+                          .shape = p.at("shape").get<std::vector<int64_t>>(),
+                          .unit = static_cast<int>(u),
+                          .unit_numel = units[u].at("numel").get<int64_t>(),
+                          .offset = p.at("offset").get<int64_t>(),
+                          .numel = 1};
         for (int64_t d : q.shape) q.numel *= d;
         if (q.offset < 0 || q.numel < 0 || q.offset + q.numel > q.unit_numel) {
           return invalid_argument("'{}': parameter '{}' lies outside its unit; the metadata is "
                                   "damaged",
                                   dir, q.name);
         }
-        params.push_back(std::move(q));
+        w.params_.push_back(std::move(q));
       }
     }
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("'{}/{}' lacks the model's layout ({})", dir, kModelStatesFile,
                             e.what());
   }
-  if (world < 1) return invalid_argument("'{}': dp_world_size {} is not a world size", dir, world);
-  std::vector<SafetensorsFile> shards;
-  for (int r = 0; r < world; ++r) {
+  if (w.world_ < 1) {
+    return invalid_argument("'{}': dp_world_size {} is not a world size", dir, w.world_);
+  }
+  for (int r = 0; r < w.world_; ++r) {
     ZT_ASSIGN_OR_RETURN(SafetensorsFile f,
                         SafetensorsFile::open((fs::path(dir) / shard_file_name(r)).string()));
-    shards.push_back(std::move(f));
+    w.shards_.push_back(std::move(f));
   }
-  // Cut the parameters into output files of at most max_shard_bytes (a larger tensor alone).
+  return w;
+}
+
+const CheckpointParam* CheckpointWeights::find(const std::string& name) const {
+  for (const CheckpointParam& p : params_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+Status CheckpointWeights::read(const CheckpointParam& p, int64_t lo, int64_t hi,
+                               float* out) const {
+  ZT_ASSERT(lo >= 0 && lo <= hi && hi <= p.numel, "range [{}, {}) of '{}' ({} elements)", lo, hi,
+            p.name, p.numel);
+  for (const SlicePiece& s : flat_reslice(p.unit_numel, world_, p.offset + lo, p.offset + hi)) {
+    ZT_RETURN_IF_ERROR(shards_[s.rank].read(fmt::format("unit{}.fp32", p.unit), s.src_offset, s.n,
+                                            out + s.dst_offset));
+  }
+  return Status::ok();
+}
+
+bool is_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  if (fs::exists(fs::path(dir) / kLatestFile, ec)) return true;
+  auto tags = tags_list(dir);
+  return tags.is_ok() && !tags->empty();
+}
+
+// ---- transformers' weight files
+
+namespace {
+
+// The folder the files go into: created when missing; anything else by that name is refused
+// here, in one line, rather than as a failed temporary file further down.
+Status output_folder_prepare(const std::string& dir, std::string_view what) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) {
+      return invalid_argument("'{}' exists and is not a folder: name a folder for the {}", dir,
+                              what);
+    }
+    return Status::ok();
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return io_error("cannot create the folder '{}' for the {}: {}", dir, what, ec.message());
+  return Status::ok();
+}
+
+// Removes the weight files of an earlier save that `written` does not name.
+void stale_weights_remove(const std::string& dir, const std::set<std::string>& written) {
+  static const std::regex kShard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool weights = name == "model.safetensors" || name == "model.safetensors.index.json" ||
+                         std::regex_match(name, kShard);
+    if (!weights || written.count(name) != 0) continue;
+    if (!entry.is_regular_file(ec) && !entry.is_symlink(ec)) continue;
+    fs::remove(entry.path(), ec);  // best effort: the new set is complete either way
+  }
+}
+
+}  // namespace
+
+Result<WeightFilesSummary> weight_files_write(const std::string& out_dir,
+                                              const std::vector<TensorToWrite>& tensors,
+                                              const WeightFilesOptions& options) {
+  ZT_RETURN_IF_ERROR(output_folder_prepare(out_dir, options.what));
+  // Cut the tensors into files of at most max_shard_bytes (a larger tensor alone), in order, as
+  // transformers' shard_checkpoint does.
   std::vector<std::vector<size_t>> groups(1);
   int64_t in_group = 0, total = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const int64_t b = params[i].numel * 4;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    int64_t b = static_cast<int64_t>(dtype_size(tensors[i].dtype));
+    for (int64_t d : tensors[i].shape) b *= d;
     if (in_group > 0 && in_group + b > options.max_shard_bytes) {
       groups.emplace_back();
       in_group = 0;
@@ -93,47 +162,63 @@ Result<ConsolidateSummary> consolidate_fp32(const std::string& ckpt_dir,
     in_group += b;
     total += b;
   }
-  auto produce = [&](const Param& p) {
-    return [&, p](void* buf) -> Status {
-      auto* out = static_cast<float*>(buf);
-      for (const SlicePiece& s : flat_reslice(p.unit_numel, world, p.offset, p.offset + p.numel)) {
-        ZT_RETURN_IF_ERROR(shards[s.rank].read(fmt::format("unit{}.fp32", p.unit), s.src_offset,
-                                               s.n, out + s.dst_offset));
-      }
-      return Status::ok();
-    };
-  };
-  ConsolidateSummary sum{.tag = tag, .parameters = 0, .bytes = total, .files = 0};
+  WeightFilesSummary sum{.files = 0, .bytes = total};
   nlohmann::json weight_map = nlohmann::json::object();
+  std::set<std::string> written;
   const int n = static_cast<int>(groups.size());
   for (int g = 0; g < n; ++g) {
     const std::string name = n == 1 ? "model.safetensors"
                                     : fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, n);
-    std::vector<TensorToWrite> tensors;
+    std::vector<TensorToWrite> group;
     for (size_t i : groups[g]) {
-      tensors.push_back({.name = params[i].name,
-                         .dtype = DType::f32,
-                         .shape = params[i].shape,
-                         .data = nullptr,
-                         .produce = produce(params[i])});
-      weight_map[params[i].name] = name;
-      sum.parameters += params[i].numel;
+      group.push_back(tensors[i]);
+      weight_map[tensors[i].name] = name;
     }
     const std::string path = (fs::path(out_dir) / name).string();
-    auto w = safetensors_write(path, tensors, {{"format", "pt"}}, "consolidated weights");
-    ZT_RETURN_IF_ERROR(w.status());
+    ZT_RETURN_IF_ERROR(safetensors_write(path, group, {{"format", "pt"}}, options.what).status());
+    written.insert(name);
     ++sum.files;
     if (options.progress) options.progress(path);
   }
   if (n > 1) {
     const nlohmann::json index = {{"metadata", {{"total_size", total}}},
                                   {"weight_map", weight_map}};
-    ZT_RETURN_IF_ERROR(file_write_atomic((fs::path(out_dir) / "model.safetensors.index.json")
-                                             .string(),
-                                         index.dump(2) + "\n", "safetensors index"));
+    const std::string path = (fs::path(out_dir) / "model.safetensors.index.json").string();
+    ZT_RETURN_IF_ERROR(file_write_atomic(path, index.dump(2) + "\n", "safetensors index"));
+    written.insert("model.safetensors.index.json");
+    if (options.progress) options.progress(path);
   }
-  nlohmann::json config = meta.at("model").value("config", nlohmann::json(nullptr));
-  if (config.is_null()) config = {{"model_name", meta.at("model").value("name", "")}};
+  stale_weights_remove(out_dir, written);
+  return sum;
+}
+
+// ---- to-fp32
+
+Result<ConsolidateSummary> consolidate_fp32(const std::string& ckpt_dir,
+                                            const std::string& out_dir,
+                                            const ConsolidateOptions& options) {
+  ZT_ASSIGN_OR_RETURN(CheckpointWeights w, CheckpointWeights::open(ckpt_dir, options.tag));
+  std::vector<TensorToWrite> tensors;
+  ConsolidateSummary sum{.tag = w.tag(), .parameters = 0, .bytes = 0, .files = 0};
+  for (const CheckpointParam& p : w.params()) {
+    tensors.push_back({.name = p.name,
+                       .dtype = DType::f32,
+                       .shape = p.shape,
+                       .data = nullptr,
+                       .produce = [&w, &p](void* buf) {
+                         return w.read(p, 0, p.numel, static_cast<float*>(buf));
+                       }});
+    sum.parameters += p.numel;
+  }
+  ZT_ASSIGN_OR_RETURN(WeightFilesSummary files,
+                      weight_files_write(out_dir, tensors,
+                                         {.max_shard_bytes = options.max_shard_bytes,
+                                          .progress = options.progress,
+                                          .what = "consolidated weights"}));
+  sum.bytes = files.bytes;
+  sum.files = files.files;
+  nlohmann::json config = w.metadata().at("model").value("config", nlohmann::json(nullptr));
+  if (config.is_null()) config = {{"model_name", w.metadata().at("model").value("name", "")}};
   ZT_RETURN_IF_ERROR(file_write_atomic((fs::path(out_dir) / "config.json").string(),
                                        config.dump(2) + "\n", "model config"));
   return sum;
