@@ -4,7 +4,10 @@
 # torch.compile) with the same model, batch, sequence and precision, the attention benchmark, and
 # checkpoint save/load next to PyTorch DCP and the disk's own speed (dd), in the same run. Prints
 # a short table last. Results (JSON lines, logs) go to ${OUT:-gpu_out}.
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt") picks the sections to run;
+# Sections `llama` (Llama-shaped 1B training next to transformers' Llama, eager and compiled),
+# `generate` (greedy decoding next to transformers' generate with its static cache) and `export`
+# (a model trained here, exported, loaded by transformers: same logits) cover the model families.
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -21,13 +24,16 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
 : >"$out/bench.jsonl"
 : >"$out/attention.jsonl"
 : >"$out/ckpt.jsonl"
+: >"$out/llama.jsonl"
+: >"$out/generate.jsonl"
+export_rc=-1
 
 if on tests; then
 echo "== GPU tests"
@@ -79,10 +85,74 @@ for m in ${ZT_CKPT_MODELS:-gpt-1.3b gpt-2.7b}; do
 done
 fi
 
-echo
-python3 - "$out" "$gpu_rc" "$train_rc" <<'PY'
+if on llama; then
+lm=${ZT_LLAMA_MODEL:-llama-1b}
+lb=${ZT_LLAMA_BATCH:-4}
+ls=${ZT_LLAMA_SEQ:-2048}
+echo "== training $lm, batch $lb, seq $ls, bf16: ZeroTrain, transformers eager, torch.compile"
+"$bin"/zt_bench_gpt2 --model "$lm" --batch "$lb" --seq "$ls" --dtype bf16 --steps 10 --warmup 3 \
+  >>"$out/llama.jsonl" 2>"$out/llama_zt.log" || tail -5 "$out/llama_zt.log"
+python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" \
+  >>"$out/llama.jsonl" 2>"$out/llama_torch.log" || tail -5 "$out/llama_torch.log"
+if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
+  python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" --compile \
+    >>"$out/llama.jsonl" 2>"$out/llama_compile.log" || tail -5 "$out/llama_compile.log"
+fi
+fi
+
+if on generate; then
+gm=${ZT_GEN_MODEL:-llama-1b}
+for gb in ${ZT_GEN_BATCHES:-1 32}; do
+  echo "== generate $gm, batch $gb, prompt 128, 256 new tokens, bf16, greedy"
+  "$bin"/zt_bench_generate --model "$gm" --batch "$gb" --prompt 128 --new 256 \
+    >>"$out/generate.jsonl" 2>"$out/generate_zt_$gb.log" || tail -5 "$out/generate_zt_$gb.log"
+  python3 bench/generate_torch.py --model "$gm" --batch "$gb" --prompt 128 --new 256 \
+    >>"$out/generate.jsonl" 2>"$out/generate_torch_$gb.log" || tail -5 "$out/generate_torch_$gb.log"
+done
+fi
+
+if on export; then
+echo "== export: fixtures fine-tuned 5 steps on the GPU, saved, export-hf, transformers' logits"
+ex=$out/export
+rm -rf "$ex" && mkdir -p "$ex"
+export_rc=0
+python3 - "$ex/tokens.bin" <<'PY'
+import struct, sys, random
+random.seed(1)
+toks = [random.randrange(0, 250) for _ in range(20000)]
+with open(sys.argv[1], "wb") as f:  # llm.c header: magic, version 1 (uint16 tokens), count
+    f.write(struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 253)))
+    f.write(struct.pack("<%dH" % len(toks), *toks))
+PY
+for fxn in llama qwen2 opt gpt2; do
+  python3 - tests/fixtures/hf/$fxn/expected.safetensors "$ex/$fxn.jsonl" <<'PY'
 import json, sys
-out, gpu_rc, train_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+from safetensors.numpy import load_file
+ids = load_file(sys.argv[1])["input_ids"]
+with open(sys.argv[2], "w") as f:
+    for row in ids.tolist():
+        f.write(json.dumps({"input_ids": row}) + "\n")
+PY
+  if "$bin"/zt train --config examples/ds_config_tiny.json --model tests/fixtures/hf/$fxn \
+       --device cuda --data "$ex/tokens.bin" --seq-len 12 --steps 5 --sample-tokens 0 \
+       --save "$ex/ckpt_$fxn" >"$ex/train_$fxn.log" 2>&1 &&
+     "$bin"/zt ckpt export-hf "$ex/ckpt_$fxn" "$ex/hf_$fxn" >"$ex/export_$fxn.log" 2>&1 &&
+     "$bin"/zt eval --model "$ex/hf_$fxn" --data "$ex/$fxn.jsonl" --device cpu \
+       --logits-out "$ex/logits_$fxn.safetensors" >"$ex/eval_$fxn.log" 2>&1 &&
+     python3 tests/fixtures/hf/check_export.py "$ex/hf_$fxn" "$ex/logits_$fxn.safetensors" \
+       --task causal >"$ex/check_$fxn.log" 2>&1; then
+    echo "$fxn: $(tail -1 "$ex/check_$fxn.log")"
+  else
+    export_rc=1
+    echo "$fxn: FAILED"; tail -3 "$ex"/*_"$fxn".log
+  fi
+done
+fi
+
+echo
+python3 - "$out" "$gpu_rc" "$train_rc" "$export_rc" <<'PY'
+import json, sys
+out, gpu_rc, train_rc, export_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 try:
     t = json.load(open(f"{out}/gpu_tests.json"))
     tests = f"{t['tests'] - t['failures'] - t.get('disabled', 0)} passed, {t['failures']} failed"
@@ -91,7 +161,8 @@ except Exception as e:
 rows = [json.loads(l) for l in open(f"{out}/bench.jsonl") if l.strip()]
 ck = [json.loads(l) for l in open(f"{out}/ckpt.jsonl") if l.strip()]
 zt = next((r for r in rows if r["impl"] == "zerotrain"), None)
-print(f"GPU tests: {tests} (exit {gpu_rc});  zt train gpt2 bf16: exit {train_rc}")
+print(f"GPU tests: {tests} (exit {gpu_rc});  zt train gpt2 bf16: exit {train_rc};  "
+      f"export to transformers: exit {export_rc}")
 print(f"{'impl':<14}{'tokens/s':>12}{'step ms':>10}{'peak GiB':>10}{'vs zerotrain':>14}")
 for r in rows:
     ratio = (zt["tokens_per_s"] / r["tokens_per_s"]) if zt else float("nan")
@@ -106,6 +177,23 @@ for r in att:
     ratio = t["ms_median"] / r["ms_median"] if t else float("nan")
     print(f"{str(key):<24}{r['impl']:<20}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
 print("(last column: torch SDPA time divided by that row's time; above 1 is faster than torch)")
+lm = [json.loads(l) for l in open(f"{out}/llama.jsonl") if l.strip()]
+if lm:
+    z = next((r for r in lm if r["impl"] == "zerotrain"), None)
+    print(f"\n{'training ' + lm[0]['model']:<22}{'tokens/s':>10}{'MFU':>7}{'step ms':>9}{'peak GiB':>10}{'zt vs this':>12}")
+    for r in lm:
+        ratio = z["tokens_per_s"] / r["tokens_per_s"] if z else float("nan")
+        print(f"{r['impl']:<22}{r['tokens_per_s']:>10.0f}{r['mfu']:>7.3f}{r['step_ms_median']:>9.1f}"
+              f"{r['peak_mem_bytes']/2**30:>10.2f}{ratio:>11.2f}x")
+gen = [json.loads(l) for l in open(f"{out}/generate.jsonl") if l.strip()]
+if gen:
+    print(f"\n{'generate':<28}{'batch':>6}{'tokens/s':>10}{'step ms':>9}{'weights GB/s':>14}{'zt vs this':>12}")
+    for r in gen:
+        z = next((x for x in gen if x["impl"] == "zerotrain" and x["batch"] == r["batch"]), None)
+        ratio = z["tokens_per_s"] / r["tokens_per_s"] if z else float("nan")
+        print(f"{r['impl'] + ' ' + r['model']:<28}{r['batch']:>6}{r['tokens_per_s']:>10.0f}"
+              f"{r['decode_step_ms']:>9.2f}{r['weight_GBps']:>14.0f}{ratio:>11.2f}x")
+    print("(weights GB/s: the weights' bytes over one decode step; H100 SXM HBM3 peaks at 3350)")
 if ck:
     try:
         print("\ndisk:", open(f"{out}/dd.txt").read().strip())

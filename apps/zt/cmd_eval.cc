@@ -9,6 +9,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "model_args.h"
+#include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
 #include "zt/data/jsonl_examples.h"
 #include "zt/data/token_file.h"
@@ -39,6 +40,11 @@ std::vector<FlagSpec> flags() {
                          "1024)",
                          "T"},
                         {"--metrics-out", FlagKind::kValue, "write the result as JSON", "FILE"},
+                        {"--logits-out", FlagKind::kValue,
+                         "write the first micro-batch's input_ids, attention_mask and logits "
+                         "(f32, real vocabulary) as safetensors, to compare with another "
+                         "implementation",
+                         "FILE"},
                         {"--help", FlagKind::kSwitch, "this help"},
                     });
   return f;
@@ -66,6 +72,44 @@ Result<std::vector<TokenExample>> token_file_windows(const std::string& path, in
   }
   if (out.empty()) return invalid_argument("token file '{}' has fewer than 2 tokens", path);
   return out;
+}
+
+// The logits of one batch as transformers returns them (B, T, vocab), with the inputs that made
+// them, for tools/fixtures/hf/check_export.py-style comparisons.
+Status logits_write(const std::string& path, nn::Transformer& model, nn::Context ctx,
+                    const tasks::LmBatch& b) {
+  auto upload = [&](const std::vector<int32_t>& v) {
+    Tensor host = Tensor::from_blob(const_cast<int32_t*>(v.data()), {b.B, b.T}, DType::i32,
+                                    Device::cpu());
+    return ctx.device.is_cpu() ? host.clone() : host.to(ctx.device, ctx.stream);
+  };
+  Tensor ids = upload(b.input_ids), mask = upload(b.attention_mask), types = upload(b.token_type_ids);
+  ctx.mode = nn::Mode::kEval;
+  if (b.padded) ctx.attention_mask = &mask;
+  ctx.token_types = &types;
+  const std::vector<float> all = model.forward(ctx, ids).to_floats();
+  const int64_t V = model.transformer_config().vocab_size;
+  const int64_t Vp = static_cast<int64_t>(all.size()) / (b.B * b.T);
+  std::vector<float> logits(static_cast<size_t>(b.B * b.T * V));
+  for (int64_t i = 0; i < b.B * b.T; ++i) {
+    std::copy(all.begin() + i * Vp, all.begin() + i * Vp + V, logits.begin() + i * V);
+  }
+  auto tensor = [](std::string name, DType dtype, std::vector<int64_t> shape, const void* data) {
+    ckpt::TensorToWrite w;
+    w.name = std::move(name);
+    w.dtype = dtype;
+    w.shape = std::move(shape);
+    w.data = data;
+    return w;
+  };
+  std::vector<ckpt::TensorToWrite> t = {
+      tensor("input_ids", DType::i32, {b.B, b.T}, b.input_ids.data()),
+      tensor("attention_mask", DType::i32, {b.B, b.T}, b.attention_mask.data()),
+      tensor("logits", DType::f32, {b.B, b.T, V}, logits.data())};
+  if (model.transformer_config().type_vocab > 0) {
+    t.push_back(tensor("token_type_ids", DType::i32, {b.B, b.T}, b.token_type_ids.data()));
+  }
+  return ckpt::safetensors_write(path, t, {{"format", "pt"}}, "logits file").status();
 }
 
 }  // namespace
@@ -147,6 +191,11 @@ int cmd_eval(const Args& args) {
   std::printf("loss %.6f  perplexity %.4f  over %lld tokens in %zu example(s)\n", loss, ppl,
               static_cast<long long>(total.count), examples->size());
   std::fprintf(stderr, "evaluated in %.2f s\n", secs);
+  if (auto path = a.get("--logits-out")) {
+    if (Status s = logits_write(*path, m->model(), m->weights->context(), batches[0]); !s.is_ok()) {
+      return fail(s);
+    }
+  }
   if (auto out = a.get("--metrics-out")) {
     const nlohmann::json j = {{"model", *a.get("--model")},
                               {"data", *data},

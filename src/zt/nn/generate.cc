@@ -1,6 +1,7 @@
 #include "zt/nn/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -54,7 +55,7 @@ int32_t sample_logits(const std::vector<float>& logits, const GenerateOptions& o
 std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
                                                  const std::vector<std::vector<int32_t>>& prompts,
                                                  const GenerateOptions& options,
-                                                 UnitHooks* hooks) {
+                                                 UnitHooks* hooks, GenerateStats* stats) {
   ZT_ASSERT(!prompts.empty() && !prompts[0].empty(), "generate needs at least one prompt token");
   ZT_ASSERT(options.max_seq_len > 0, "generate needs max_seq_len");
   const int64_t B = static_cast<int64_t>(prompts.size());
@@ -78,7 +79,11 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   std::vector<std::vector<int32_t>> seqs = prompts, out(static_cast<size_t>(B));
   std::vector<bool> done(static_cast<size_t>(B), false);
+  GenerateStats local;
+  GenerateStats& st = stats != nullptr ? *stats : local;
+  st = GenerateStats{};
   for (int64_t len = P; len < total; ++len) {
+    const auto t0 = std::chrono::steady_clock::now();
     // With the cache: the prompt once, then the one new token of every row.
     const int64_t from = cached ? cache.past_len : 0, T = len - from;
     std::vector<int32_t> host(static_cast<size_t>(B * T));
@@ -91,6 +96,13 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
     if (cached) cache.past_len = len;
     const int64_t rows_t = logits.size(1), Vp = logits.size(2);
     const std::vector<float> all = logits.to_floats();
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (len == P) {
+      st.prefill_s = secs;
+    } else {
+      st.decode_s += secs;
+      ++st.decode_steps;
+    }
     bool all_done = true;
     for (int64_t b = 0; b < B; ++b) {
       const auto first = all.begin() + (b * rows_t + rows_t - 1) * Vp;

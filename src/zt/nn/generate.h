@@ -28,6 +28,14 @@ struct GenerateOptions {
   KvCacheUse cache = KvCacheUse::kOn;
 };
 
+// Where the time went (wall clock; every step ends with its logits on the host, so no device
+// work is left out).
+struct GenerateStats {
+  double prefill_s = 0;  // the first forward: the whole prompt
+  double decode_s = 0;   // every later forward, one token per row each
+  int64_t decode_steps = 0;
+};
+
 // `prompts` are B rows of the same length; returns each row's new tokens (up to max_new_tokens;
 // fewer when it emitted eos_token_id, which is included, or reached max_seq_len). `ctx` gives
 // the device, stream and compute dtype; its mode, targets and cache are overridden. `hooks` are
@@ -36,7 +44,8 @@ struct GenerateOptions {
 std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
                                                  const std::vector<std::vector<int32_t>>& prompts,
                                                  const GenerateOptions& options,
-                                                 UnitHooks* hooks = nullptr);
+                                                 UnitHooks* hooks = nullptr,
+                                                 GenerateStats* stats = nullptr);
 
 // One prompt.
 std::vector<int32_t> generate(Model& model, Context ctx, std::vector<int32_t> prompt,
