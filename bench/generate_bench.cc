@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zt/nn/generate.h"
-#include "zt/nn/models/registry.h"
+#include "zt/checkpoint/model_open.h"
 #include "zt/runtime/inference.h"
 
 namespace {
@@ -42,7 +42,7 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
-  auto choice = zt::nn::model_open(model_name);
+  auto choice = zt::ckpt::model_open(model_name);
   auto device = zt::device_parse(device_name);
   auto dtype = zt::dtype_parse(dtype_name);
   if (!choice || !device || !dtype) {

@@ -36,7 +36,7 @@
 
 #include "zt/comm/communicator.h"
 #include "zt/comm/env.h"
-#include "zt/nn/models/registry.h"
+#include "zt/checkpoint/model_open.h"
 #include "zt/runtime/engine.h"
 #include "zt/zero/optimizer_offload.h"
 
@@ -124,7 +124,7 @@ double median_of(std::vector<double> v) {
 
 int run(int argc, char** argv) {
   Args a = parse(argc, argv);
-  auto choice = zt::nn::model_open(a.model);
+  auto choice = zt::ckpt::model_open(a.model);
   if (!choice) {
     std::fprintf(stderr, "%s\n", choice.status().message().c_str());
     return 1;

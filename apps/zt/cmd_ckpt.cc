@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/consolidate.h"
-#include "zt/nn/hf/hf_export.h"
+#include "zt/checkpoint/hf_export.h"
 
 namespace zt::cli {
 namespace {
@@ -72,7 +72,7 @@ int export_hf(const ParsedArgs& a) {
     return fail(invalid_argument("zt ckpt export-hf needs SRC (a checkpoint folder or a model "
                                  "directory) and OUT_DIR"));
   }
-  nn::HfExportOptions o;
+  ckpt::HfExportOptions o;
   o.tag = a.get("--tag").value_or("");
   if (auto m = a.get("--max-shard-size")) {
     auto b = ckpt::byte_size_parse(*m, "--max-shard-size");
@@ -80,12 +80,12 @@ int export_hf(const ParsedArgs& a) {
     o.max_shard_bytes = *b;
   }
   if (auto d = a.get("--dtype")) {
-    auto dt = nn::hf_export_dtype_parse(*d, "--dtype");
+    auto dt = ckpt::hf_export_dtype_parse(*d, "--dtype");
     if (!dt) return fail(dt.status());
     o.dtype = *dt;
   }
   o.progress = [](const std::string& path) { std::fprintf(stderr, "wrote %s\n", path.c_str()); };
-  auto s = nn::hf_export(a.positional[1], a.positional[2], o);
+  auto s = ckpt::hf_export(a.positional[1], a.positional[2], o);
   if (!s) return fail(s.status());
   std::printf("%s: %d tensors, %lld parameters, %.1f MiB of %s in %d file(s) in %s\n",
               s->source.c_str(), s->tensors, static_cast<long long>(s->parameters),

@@ -26,7 +26,7 @@
 #include "zt/data/byte_tokenizer.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
-#include "zt/nn/models/registry.h"
+#include "zt/checkpoint/model_open.h"
 #include "zt/runtime/engine.h"
 
 namespace zt::cli {
@@ -206,13 +206,13 @@ int cmd_train(const Args& args) {
 
   // Model.
   const std::string model_name = a.get("--model").value_or("gpt2-tiny");
-  nn::ModelOverrides overrides;
+  ckpt::ModelOverrides overrides;
   if (auto v = a.get("--vocab-size")) {
     auto vs = parse_int("--vocab-size", *v, 2);
     if (!vs) return fail(vs.status());
     overrides.vocab_size = static_cast<int>(*vs);
   }
-  auto choice = nn::model_open(model_name, overrides);
+  auto choice = ckpt::model_open(model_name, overrides);
   if (!choice) return fail(choice.status());
   nn::Transformer& model = *choice->model;
   const nn::TransformerConfig& mc = model.transformer_config();

@@ -33,7 +33,7 @@ Result<InferenceModel> inference_model_open(const ParsedArgs& a, const std::stri
     }
   }
   InferenceModel m;
-  ZT_ASSIGN_OR_RETURN(m.choice, nn::model_open(*name));
+  ZT_ASSIGN_OR_RETURN(m.choice, ckpt::model_open(*name));
   if (!m.choice.has_weights) {
     ZT_LOG_WARN("{}: no weights, the model is randomly initialised", *name);
   }

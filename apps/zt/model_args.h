@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli_args.h"
-#include "zt/nn/models/registry.h"
+#include "zt/checkpoint/model_open.h"
 #include "zt/runtime/inference.h"
 
 namespace zt::cli {
@@ -15,7 +15,7 @@ namespace zt::cli {
 std::vector<FlagSpec> model_flags();
 
 struct InferenceModel {
-  nn::ModelChoice choice;
+  ckpt::ModelChoice choice;
   std::unique_ptr<InferenceWeights> weights;
   nn::Transformer& model() { return *choice.model; }
   const nn::TransformerConfig& config() const { return choice.model->transformer_config(); }

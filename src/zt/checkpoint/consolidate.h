@@ -4,7 +4,7 @@
 // has the layout (units, parameter offsets and shapes, world size).
 //
 // CheckpointWeights is the reader under it: the one place that turns a checkpoint's rank shards
-// back into parameters, range by range, so to-fp32 and `zt ckpt export-hf` (nn/hf/hf_export.h)
+// back into parameters, range by range, so to-fp32 and `zt ckpt export-hf` (checkpoint/hf_export.h)
 // never hold more than the tensor they are writing.
 #pragma once
 

@@ -6,11 +6,13 @@
 #include "common/test_util.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/nn/hf/hf_config.h"
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/runtime/inference.h"
 
 namespace zt::nn {
 namespace {
+using ckpt::load_hf_model;
+using ckpt::LoadedModel;
 
 const std::string kDir = ZT_SOURCE_DIR "/tests/fixtures/hf/bert_cls";
 

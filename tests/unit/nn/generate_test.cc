@@ -6,12 +6,14 @@
 #include "common/test_util.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/nn/generate.h"
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/nn/kv_cache.h"
 #include "zt/runtime/inference.h"
 
 namespace zt::nn {
 namespace {
+using ckpt::load_hf_model;
+using ckpt::LoadedModel;
 
 const std::string kFixtures = ZT_SOURCE_DIR "/tests/fixtures/hf/";
 

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "zt/checkpoint/safetensors.h"
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/runtime/inference.h"
 #include "zt/tasks/lm_loss.h"
 
@@ -25,7 +25,7 @@ class LossFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LossFixture, MeanOverCountedTokensEqualsTransformers) {
   const std::string dir = kFixtures + GetParam();
-  auto m = nn::load_hf_model(dir);
+  auto m = ckpt::load_hf_model(dir);
   ASSERT_TRUE(m.is_ok()) << m.status().message();
   auto w = InferenceWeights::bind(*m->model, Device::cpu(), DType::f32);
   ASSERT_TRUE(w.is_ok()) << w.status().message();

@@ -1,9 +1,6 @@
 #include "zt/nn/models/registry.h"
 
-#include <filesystem>
-
 #include "zt/nn/hf/hf_config.h"
-#include "zt/nn/hf/hf_weights.h"
 #include "zt/nn/models/gpt2.h"
 
 namespace zt::nn {
@@ -62,35 +59,6 @@ Result<TransformerConfig> model_config_named(std::string_view name) {
   return not_found(
       "unknown model '{}': give a model directory (config.json + *.safetensors) or one of: {}",
       name, known);
-}
-
-Result<ModelChoice> model_open(std::string_view name_or_dir, const ModelOverrides& overrides) {
-  const std::string spec(name_or_dir);
-  ModelChoice out;
-  std::error_code ec;
-  if (std::filesystem::is_directory(spec, ec)) {
-    if (!is_model_dir(spec)) {
-      return not_found("--model {}: a folder without config.json (a Hugging Face model directory "
-                       "has config.json and model.safetensors)",
-                       spec);
-    }
-    if (overrides.vocab_size > 0) {
-      return invalid_argument("--vocab-size cannot change the model in {}: edit its config.json",
-                              spec);
-    }
-    ZT_ASSIGN_OR_RETURN(LoadedModel loaded, load_hf_model(spec));
-    out.model = std::move(loaded.model);
-    out.has_weights = loaded.has_weights;
-    out.source_dir = spec;
-    return out;
-  }
-  ZT_ASSIGN_OR_RETURN(TransformerConfig c, model_config_named(spec));
-  if (overrides.vocab_size > 0) {
-    c.vocab_size = overrides.vocab_size;
-    c.padded_vocab_size = padded_vocab(c.vocab_size);
-  }
-  out.model = std::make_unique<Transformer>(c);
-  return out;
 }
 
 }  // namespace zt::nn

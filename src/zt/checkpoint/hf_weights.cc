@@ -1,4 +1,4 @@
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_weights.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -13,7 +13,9 @@
 #include "zt/nn/hf/hf_config.h"
 #include "zt/nn/models/family_names.h"
 
-namespace zt::nn {
+namespace zt::ckpt {
+
+using namespace zt::nn;  // the model types this reads and writes
 namespace fs = std::filesystem;
 namespace {
 
@@ -281,4 +283,4 @@ Result<LoadedModel> load_hf_model(const std::string& dir) {
   return out;
 }
 
-}  // namespace zt::nn
+}  // namespace zt::ckpt

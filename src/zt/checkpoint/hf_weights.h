@@ -12,7 +12,11 @@
 #include "zt/core/status.h"
 #include "zt/nn/models/transformer.h"
 
-namespace zt::nn {
+namespace zt::ckpt {
+
+using nn::Param;
+using nn::Transformer;
+using nn::TransformerConfig;
 
 // One tensor of transformers' files that (part of) a parameter comes from: rows
 // [row_begin, row_begin + rows) of the parameter (viewed as (rows, cols)), transposed when the
@@ -45,4 +49,4 @@ struct LoadedModel {
 // Reads DIR/config.json and the weights beside it (none: random initialisation).
 Result<LoadedModel> load_hf_model(const std::string& dir);
 
-}  // namespace zt::nn
+}  // namespace zt::ckpt

@@ -20,7 +20,11 @@
 #include "zt/core/status.h"
 #include "zt/nn/models/transformer.h"
 
-namespace zt::nn {
+namespace zt::ckpt {
+
+using nn::Param;
+using nn::Transformer;
+using nn::TransformerConfig;
 
 // (Default member initialisers: designated initialisers may leave out any of them.)
 struct HfExportOptions {
@@ -70,4 +74,4 @@ Result<DType> hf_export_dtype_parse(const std::string& text, std::string_view fl
 // The files beside a model that are copied with it (tokenizer, generation settings).
 const std::vector<std::string>& hf_companion_files();
 
-}  // namespace zt::nn
+}  // namespace zt::ckpt

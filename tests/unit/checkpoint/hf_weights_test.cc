@@ -11,16 +11,17 @@
 #include "common/test_util.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/zero/zero_state.h"
 
-namespace zt::nn {
+namespace zt::ckpt {
 namespace {
+using namespace zt::nn;  // the models these files hold
 namespace fs = std::filesystem;
 
 const std::string kFixtures = ZT_SOURCE_DIR "/tests/fixtures/hf/";
 
-Tensor read_tensor(const ckpt::SafetensorsFile& f, const std::string& name) {
+Tensor read_tensor(const SafetensorsFile& f, const std::string& name) {
   auto e = f.find(name);
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   Tensor t = Tensor::empty(Shape((*e)->shape), (*e)->dtype);
@@ -58,7 +59,7 @@ FixtureResult run_fixture(const std::string& name) {
   EXPECT_TRUE(loaded->has_weights);
   Transformer& model = *loaded->model;
   Bound bound = bind_initial(model);
-  auto ex = ckpt::SafetensorsFile::open(dir + "/expected.safetensors");
+  auto ex = SafetensorsFile::open(dir + "/expected.safetensors");
   if (!ex.is_ok()) {
     ADD_FAILURE() << ex.status().message();
     return {};
@@ -207,4 +208,4 @@ TEST(HfLoader, ConfigWithoutWeightsInitialisesByTheFamilyRule) {
 }
 
 }  // namespace
-}  // namespace zt::nn
+}  // namespace zt::ckpt

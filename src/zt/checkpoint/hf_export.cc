@@ -1,4 +1,4 @@
-#include "zt/nn/hf/hf_export.h"
+#include "zt/checkpoint/hf_export.h"
 
 #include <filesystem>
 #include <map>
@@ -14,10 +14,12 @@
 #include "zt/core/file_io.h"
 #include "zt/core/half.h"
 #include "zt/nn/hf/hf_config.h"
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/nn/models/family_names.h"
 
-namespace zt::nn {
+namespace zt::ckpt {
+
+using namespace zt::nn;  // the model types this reads and writes
 namespace fs = std::filesystem;
 namespace {
 
@@ -305,4 +307,4 @@ Result<HfExportSummary> hf_export(const std::string& src, const std::string& out
       src);
 }
 
-}  // namespace zt::nn
+}  // namespace zt::ckpt

@@ -1,4 +1,4 @@
-// `zt ckpt export-hf` (nn/hf/hf_export.h) against two oracles that do not go through the
+// `zt ckpt export-hf` (checkpoint/hf_export.h) against two oracles that do not go through the
 // exporter: the fixture files transformers wrote (an unchanged export must give back the same
 // tensor names, dtypes, shapes and bytes, single file, shards or bf16), and the training engine's
 // own forward (a trained checkpoint, exported and read back by the loader, must give the
@@ -16,13 +16,14 @@
 #include "unit/comm/comm_test_ranks.h"
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/safetensors.h"
-#include "zt/nn/hf/hf_export.h"
-#include "zt/nn/hf/hf_weights.h"
+#include "zt/checkpoint/hf_export.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/runtime/engine.h"
 #include "zt/zero/zero_state.h"
 
-namespace zt::nn {
+namespace zt::ckpt {
 namespace {
+using namespace zt::nn;  // the models these files hold
 namespace fs = std::filesystem;
 
 const std::string kFixtures = ZT_SOURCE_DIR "/tests/fixtures/hf/";
@@ -53,7 +54,7 @@ std::map<std::string, RawTensor> folder_tensors(const fs::path& dir) {
   }
   std::map<std::string, RawTensor> out;
   for (const std::string& f : files) {
-    auto file = ckpt::SafetensorsFile::open((dir / f).string());
+    auto file = SafetensorsFile::open((dir / f).string());
     if (!file.is_ok()) {
       ADD_FAILURE() << file.status().message();
       continue;
@@ -111,7 +112,7 @@ TEST_P(HfExportFixture, UnchangedExportHasTheSourceTensorsByteForByte) {
   EXPECT_TRUE(fs::exists(out / "model.safetensors"));
   EXPECT_FALSE(fs::exists(out / "model.safetensors.index.json"));
   EXPECT_EQ(std::count(progress.begin(), progress.end(), (out / "model.safetensors").string()), 1);
-  auto file = ckpt::SafetensorsFile::open((out / "model.safetensors").string());
+  auto file = SafetensorsFile::open((out / "model.safetensors").string());
   ASSERT_TRUE(file.is_ok());
   EXPECT_EQ(file->metadata().at("format"), "pt");
   EXPECT_EQ(json_read(out / "config.json"), json_read(src / "config.json"));
@@ -383,4 +384,4 @@ TEST(HfExport, CheckpointWithoutAHuggingFaceConfigIsRefusedNamingTheModel) {
 }
 
 }  // namespace
-}  // namespace zt::nn
+}  // namespace zt::ckpt
