@@ -13,7 +13,7 @@ cmake -S "$src/examples/consumer" -B "$tmp/build" -G Ninja -DCMAKE_BUILD_TYPE=Re
   -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/build" >/dev/null
 printf '{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.02}}}' >"$tmp/ds.json"
-out=$(OMP_WAIT_POLICY=PASSIVE "$tmp/build/my_trainer" "$tmp/ds.json" 40 2>/dev/null)
+out=$(OMP_WAIT_POLICY=PASSIVE "$tmp/build/my_trainer" "$tmp/ds.json" 80 2>/dev/null)
 echo "$out" | tail -3
 first=$(echo "$out" | head -1 | awk '{print $4}')
 last=$(echo "$out" | tail -1 | awk '{print $4}')
