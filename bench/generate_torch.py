@@ -19,7 +19,10 @@ def main():
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new", type=int, default=256)
-    p.add_argument("--cache", default="static")
+    p.add_argument("--cache", default="static", help="static or dynamic (transformers' default)")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the forward (mode reduce-overhead: CUDA graphs), as "
+                        "transformers documents for the static cache")
     a = p.parse_args()
     layers, heads, kv, hidden, inner, tied = SHAPES[a.model]
     cfg = LlamaConfig(num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
@@ -28,6 +31,8 @@ def main():
                       tie_word_embeddings=tied)
     torch.manual_seed(1)
     model = LlamaForCausalLM(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
+    if a.compile:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     ids = torch.randint(0, 128256, (1, a.prompt), device="cuda").repeat(a.batch, 1)
     mask = torch.ones_like(ids)
 
@@ -41,13 +46,16 @@ def main():
         torch.cuda.synchronize()
         return time.perf_counter() - t0, out.shape[1] - a.prompt
 
-    gen(4)  # warm-up
+    gen(4)  # warm-up (and compilation)
+    if a.compile:
+        gen(a.new)  # the compiled graphs for every cache length of the measured run
     torch.cuda.reset_peak_memory_stats()
     t1, _ = gen(1)
     tn, n = gen(a.new)
     step = (tn - t1) / max(1, n - 1)
     params = sum(p.numel() for p in model.parameters())
-    print(json.dumps({"impl": f"transformers-{a.cache}", "model": a.model, "params": params,
+    impl = f"transformers-{a.cache}" + ("-compiled" if a.compile else "")
+    print(json.dumps({"impl": impl, "model": a.model, "params": params,
                       "batch": a.batch, "prompt": a.prompt, "new_tokens": n, "dtype": "bf16",
                       "prefill_ms": t1 * 1e3, "decode_step_ms": step * 1e3,
                       "tokens_per_s": n * a.batch / tn, "decode_tokens_per_s": a.batch / step,

@@ -106,9 +106,19 @@ for gb in ${ZT_GEN_BATCHES:-1 32}; do
   echo "== generate $gm, batch $gb, prompt 128, 256 new tokens, bf16, greedy"
   "$bin"/zt_bench_generate --model "$gm" --batch "$gb" --prompt 128 --new 256 \
     >>"$out/generate.jsonl" 2>"$out/generate_zt_$gb.log" || tail -5 "$out/generate_zt_$gb.log"
-  python3 bench/generate_torch.py --model "$gm" --batch "$gb" --prompt 128 --new 256 \
-    >>"$out/generate.jsonl" 2>"$out/generate_torch_$gb.log" || tail -5 "$out/generate_torch_$gb.log"
+  for peer in "--cache static" "--cache dynamic" "--cache static --compile"; do
+    [ "${ZT_BENCH_COMPILE:-1}" = "1" ] || [[ "$peer" != *compile* ]] || continue
+    python3 bench/generate_torch.py --model "$gm" --batch "$gb" --prompt 128 --new 256 $peer \
+      >>"$out/generate.jsonl" 2>>"$out/generate_torch_$gb.log" || tail -5 "$out/generate_torch_$gb.log"
+  done
 done
+fi
+
+if on offload8b; then
+echo "== llama-8b, ZeRO-Offload (stage 1, optimizer on the host), batch 1, seq 2048, bf16"
+"$bin"/zt_bench_gpt2 --model llama-8b --batch 1 --seq 2048 --dtype bf16 --steps 4 --warmup 2 \
+  --stage 1 --offload-optimizer cpu >"$out/offload8b.jsonl" 2>"$out/offload8b.log" ||
+  tail -5 "$out/offload8b.log"
 fi
 
 if on export; then
@@ -185,15 +195,25 @@ if lm:
         ratio = z["tokens_per_s"] / r["tokens_per_s"] if z else float("nan")
         print(f"{r['impl']:<22}{r['tokens_per_s']:>10.0f}{r['mfu']:>7.3f}{r['step_ms_median']:>9.1f}"
               f"{r['peak_mem_bytes']/2**30:>10.2f}{ratio:>11.2f}x")
+try:
+    o8 = [json.loads(l) for l in open(f"{out}/offload8b.jsonl") if l.strip()]
+except OSError:
+    o8 = []
+for r in o8:
+    print(f"{r['model']} with ZeRO-Offload: {r['tokens_per_s']:.0f} tokens/s, MFU {r['mfu']:.3f}, "
+          f"step {r['step_ms_median']:.0f} ms (host step {r.get('offload_step_ms_median', 0):.0f} ms), "
+          f"GPU peak {r['peak_mem_bytes']/2**30:.1f} GiB, host state "
+          f"{r['model_state_bytes_host']/2**30:.1f} GiB")
 gen = [json.loads(l) for l in open(f"{out}/generate.jsonl") if l.strip()]
 if gen:
-    print(f"\n{'generate':<28}{'batch':>6}{'tokens/s':>10}{'step ms':>9}{'weights GB/s':>14}{'zt vs this':>12}")
+    print(f"\n{'generate':<38}{'batch':>6}{'tokens/s':>10}{'step ms':>9}{'weights GB/s':>14}{'zt vs this':>12}")
     for r in gen:
         z = next((x for x in gen if x["impl"] == "zerotrain" and x["batch"] == r["batch"]), None)
         ratio = z["tokens_per_s"] / r["tokens_per_s"] if z else float("nan")
-        print(f"{r['impl'] + ' ' + r['model']:<28}{r['batch']:>6}{r['tokens_per_s']:>10.0f}"
+        print(f"{r['impl'] + ' ' + r['model']:<38}{r['batch']:>6}{r['tokens_per_s']:>10.0f}"
               f"{r['decode_step_ms']:>9.2f}{r['weight_GBps']:>14.0f}{ratio:>11.2f}x")
-    print("(weights GB/s: the weights' bytes over one decode step; H100 SXM HBM3 peaks at 3350)")
+    print("(weights GB/s: the weights' bytes over one decode step; HBM peaks at 3350 on the H100 "
+          "SXM, 4800 on the H200)")
 if ck:
     try:
         print("\ndisk:", open(f"{out}/dd.txt").read().strip())

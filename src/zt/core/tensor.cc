@@ -242,8 +242,23 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 std::vector<float> Tensor::to_floats() const {
-  std::vector<double> d = to_doubles();
-  return {d.begin(), d.end()};
+  // One pass per dtype, no double detour: generation reads (B, vocab) logits every step.
+  Tensor h = device_.is_cpu() ? *this : to(Device::cpu());
+  std::vector<float> out(static_cast<size_t>(numel()));
+  const int64_t n = numel();
+  switch (dtype_) {
+    case DType::f32:
+      std::memcpy(out.data(), h.data(), static_cast<size_t>(n) * sizeof(float));
+      break;
+    case DType::bf16: {
+      const auto* p = static_cast<const bf16_t*>(h.data());
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(p[i]);
+      break;
+    }
+    default:
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(load_as_double(h.data(), dtype_, i));
+  }
+  return out;
 }
 
 double Tensor::item() const {

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <random>
 
+#include "zt/kernels/ops.h"
 #include "zt/nn/kv_cache.h"
 
 namespace zt::nn {
@@ -75,6 +76,9 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
   KvCache cache(B, total, cached ? options.num_layers : 0);
   ctx.kv_cache = cached ? &cache : nullptr;
 
+  const bool greedy = options.sampling == Sampling::kGreedy || options.temperature <= 0.0f;
+  const int64_t vocab = options.vocab_size;
+  ZT_ASSERT(vocab > 0, "generate needs the vocabulary size");
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   std::vector<std::vector<int32_t>> seqs = prompts, out(static_cast<size_t>(B));
@@ -95,7 +99,20 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
     Tensor logits = model.forward(ctx, dev_tokens, hooks);
     if (cached) cache.past_len = len;
     const int64_t rows_t = logits.size(1), Vp = logits.size(2);
-    const std::vector<float> all = logits.to_floats();
+    std::vector<int32_t> next_ids(static_cast<size_t>(B), 0);
+    if (greedy) {
+      // Argmax on the device: one id per row comes to the host, not (B, V) logits.
+      Tensor ids = Tensor::empty({B * rows_t}, DType::i32, ctx.device, ctx.stream);
+      kernels::argmax_rows(ids, logits.reshape({B * rows_t, Vp}), vocab, ctx.stream);
+      const std::vector<double> got = ids.to_doubles();
+      for (int64_t b = 0; b < B; ++b) next_ids[b] = static_cast<int32_t>(got[b * rows_t + rows_t - 1]);
+    } else {
+      const std::vector<float> all = logits.to_floats();
+      for (int64_t b = 0; b < B; ++b) {
+        const auto first = all.begin() + (b * rows_t + rows_t - 1) * Vp;
+        next_ids[b] = sample_logits(std::vector<float>(first, first + Vp), options, uni(rng));
+      }
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (len == P) {
       st.prefill_s = secs;
@@ -105,8 +122,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
     }
     bool all_done = true;
     for (int64_t b = 0; b < B; ++b) {
-      const auto first = all.begin() + (b * rows_t + rows_t - 1) * Vp;
-      const int32_t next = sample_logits(std::vector<float>(first, first + Vp), options, uni(rng));
+      const int32_t next = next_ids[b];
       seqs[b].push_back(next);
       if (!done[b]) out[b].push_back(next);
       if (next == options.eos_token_id) done[b] = true;
