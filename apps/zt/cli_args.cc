@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 namespace zt::cli {
@@ -73,6 +74,20 @@ Result<ParsedArgs> parse_args(const std::string& command, const std::vector<Flag
     out.values[name] = value;
   }
   return out;
+}
+
+Result<std::optional<ParsedArgs>> parse_command(const std::string& command, const char* usage,
+                                                const std::vector<FlagSpec>& specs,
+                                                const std::vector<std::string>& args) {
+  ZT_ASSIGN_OR_RETURN(ParsedArgs a, parse_args(command, specs, args));
+  if (a.has("--help")) {
+    std::printf("%s%s", usage, usage_flags(specs).c_str());
+    return std::optional<ParsedArgs>();
+  }
+  if (!a.positional.empty()) {
+    return invalid_argument("{}: unexpected argument '{}'", command, a.positional[0]);
+  }
+  return std::optional<ParsedArgs>(std::move(a));
 }
 
 std::string usage_flags(const std::vector<FlagSpec>& specs) {

@@ -31,6 +31,12 @@ struct ParsedArgs {
 Result<ParsedArgs> parse_args(const std::string& command, const std::vector<FlagSpec>& specs,
                               const std::vector<std::string>& args);
 std::string usage_flags(const std::vector<FlagSpec>& specs);
+// A command that takes flags only: parses `args`; with --help (which `specs` must list) prints
+// `usage` and the flags and returns nullopt (the command then exits 0); a positional argument is
+// an error naming it.
+Result<std::optional<ParsedArgs>> parse_command(const std::string& command, const char* usage,
+                                                const std::vector<FlagSpec>& specs,
+                                                const std::vector<std::string>& args);
 Result<int64_t> parse_int(const std::string& flag, const std::string& value, int64_t min_value);
 // Levenshtein distance, for "did you mean".
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -78,16 +78,8 @@ Result<std::vector<TokenExample>> token_file_windows(const std::string& path, in
 // them, for tools/fixtures/hf/check_export.py-style comparisons.
 Status logits_write(const std::string& path, nn::Transformer& model, nn::Context ctx,
                     const tasks::LmBatch& b) {
-  auto upload = [&](const std::vector<int32_t>& v) {
-    Tensor host = Tensor::from_blob(const_cast<int32_t*>(v.data()), {b.B, b.T}, DType::i32,
-                                    Device::cpu());
-    return ctx.device.is_cpu() ? host.clone() : host.to(ctx.device, ctx.stream);
-  };
-  Tensor ids = upload(b.input_ids), mask = upload(b.attention_mask), types = upload(b.token_type_ids);
-  ctx.mode = nn::Mode::kEval;
-  if (b.padded) ctx.attention_mask = &mask;
-  ctx.token_types = &types;
-  const std::vector<float> all = model.forward(ctx, ids).to_floats();
+  const std::vector<float> all =
+      tasks::lm_forward(model, std::move(ctx), b, tasks::LmOutput::kLogits).to_floats();
   const int64_t V = model.transformer_config().vocab_size;
   const int64_t Vp = static_cast<int64_t>(all.size()) / (b.B * b.T);
   std::vector<float> logits(static_cast<size_t>(b.B * b.T * V));
@@ -115,17 +107,10 @@ Status logits_write(const std::string& path, nn::Transformer& model, nn::Context
 }  // namespace
 
 int cmd_eval(const Args& args) {
-  const std::vector<FlagSpec> specs = flags();
-  auto parsed = parse_args("zt eval", specs, args);
+  auto parsed = parse_command("zt eval", kUsage, flags(), args);
   if (!parsed) return fail(parsed.status());
-  const ParsedArgs& a = *parsed;
-  if (a.has("--help")) {
-    std::printf("%s%s", kUsage, usage_flags(specs).c_str());
-    return 0;
-  }
-  if (!a.positional.empty()) {
-    return fail(invalid_argument("zt eval: unexpected argument '{}'", a.positional[0]));
-  }
+  if (!*parsed) return 0;  // --help
+  const ParsedArgs& a = **parsed;
   auto data = a.get("--data");
   if (!data) return fail(invalid_argument("zt eval needs --data FILE"));
   auto micro = parse_int("--micro-batch", a.get("--micro-batch").value_or("8"), 1);

@@ -76,17 +76,10 @@ Result<float> float_flag(const ParsedArgs& a, const char* flag, float def, float
 }  // namespace
 
 int cmd_generate(const Args& args) {
-  const std::vector<FlagSpec> specs = flags();
-  auto parsed = parse_args("zt generate", specs, args);
+  auto parsed = parse_command("zt generate", kUsage, flags(), args);
   if (!parsed) return fail(parsed.status());
-  const ParsedArgs& a = *parsed;
-  if (a.has("--help")) {
-    std::printf("%s%s", kUsage, usage_flags(specs).c_str());
-    return 0;
-  }
-  if (!a.positional.empty()) {
-    return fail(invalid_argument("zt generate: unexpected argument '{}'", a.positional[0]));
-  }
+  if (!*parsed) return 0;  // --help
+  const ParsedArgs& a = **parsed;
   if (a.has("--prompt") == a.has("--prompt-ids")) {
     return fail(invalid_argument("zt generate needs one of --prompt TEXT or --prompt-ids IDS"));
   }

@@ -85,7 +85,14 @@ struct LambArgs {
 // kGeluTanh: GPT-2's 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the gelu_* ops' function;
 // kGeluErf: BERT's exact 0.5 x (1 + erf(x / sqrt(2))); kRelu: max(x, 0), derivative 0 at 0;
 // kSilu: x sigmoid(x) (Llama's and Qwen2's MLP gate, through swiglu_*); kTanh: BERT's pooler.
-enum class Activation : unsigned char { kGeluTanh, kGeluErf, kRelu, kSilu, kTanh };
+// X(name) for every activation, once: the enum here and the backends' dispatch
+// (kernels/activation_dispatch.h) are generated from it.
+#define ZT_ACTIVATIONS(X) X(kGeluTanh) X(kGeluErf) X(kRelu) X(kSilu) X(kTanh)
+enum class Activation : unsigned char {
+#define ZT_ACTIVATION_ENUM(name) name,
+  ZT_ACTIVATIONS(ZT_ACTIVATION_ENUM)
+#undef ZT_ACTIVATION_ENUM
+};
 
 // The fused attention kernels' reach: the CUDA kernels take bf16/f16 with head size 64 or 128;
 // the CPU reference (f32/f64) takes any shape.

@@ -42,23 +42,30 @@ std::vector<LmBatch> lm_batches(const std::vector<TokenExample>& examples, int64
   return out;
 }
 
-void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into) {
+Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOutput output) {
   auto upload = [&](const std::vector<int32_t>& v) {
     Tensor host = Tensor::from_blob(const_cast<int32_t*>(v.data()), {batch.B, batch.T}, DType::i32,
                                     Device::cpu());
     return ctx.device.is_cpu() ? host.clone() : host.to(ctx.device, ctx.stream);
   };
-  Tensor ids = upload(batch.input_ids), targets = upload(batch.targets);
-  Tensor mask, types;
+  Tensor ids = upload(batch.input_ids), targets, mask, types = upload(batch.token_type_ids);
   ctx.mode = nn::Mode::kEval;
-  ctx.targets = &targets;
+  ctx.targets = nullptr;
+  if (output == LmOutput::kLosses) {
+    targets = upload(batch.targets);
+    ctx.targets = &targets;
+  }
   if (batch.padded) {
     mask = upload(batch.attention_mask);
     ctx.attention_mask = &mask;
   }
-  types = upload(batch.token_type_ids);
   ctx.token_types = &types;
-  const std::vector<double> losses = model.forward(ctx, ids).to_doubles();
+  return model.forward(ctx, ids);
+}
+
+void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into) {
+  const std::vector<double> losses =
+      lm_forward(model, std::move(ctx), batch, LmOutput::kLosses).to_doubles();
   for (size_t i = 0; i < losses.size(); ++i) {
     if (batch.targets[i] >= 0) {
       into.sum += losses[i];

@@ -30,7 +30,13 @@ struct LossSum {
   double mean() const { return count > 0 ? sum / static_cast<double>(count) : 0.0; }
 };
 
-// Forward of one batch on ctx's device (eval mode); adds its counted per-position losses.
+// Forward of one batch on ctx's device in eval mode, with the padding mask when a row is padded
+// and the token types: per-position losses (B*T, accum dtype; 0 where not counted) or the logits
+// (B, T, padded vocabulary).
+enum class LmOutput : unsigned char { kLosses, kLogits };
+Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOutput output);
+
+// lm_forward's losses of one batch, added to `into` where counted.
 void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into);
 
 }  // namespace zt::tasks

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <numbers>
 
+#include "zt/kernels/activation_dispatch.h"
 #include "zt/kernels/cpu/cpu_ops.h"
 
 namespace zt::kernels::cpu {
@@ -80,34 +81,6 @@ template <Activation A, typename T>
 void activation_backward_impl(T* din, const T* dout, const T* in, int64_t n) {
 #pragma omp parallel for if (parallel : n >= kParallelMinWork)
   for (int64_t i = 0; i < n; ++i) din[i] = activation_derivative<A>(in[i]) * dout[i];
-}
-
-// Calls f(ActTag<A>{}) with the activation A as a compile-time constant, so that the elementwise
-// loops carry no per-element switch.
-template <Activation A>
-struct ActTag {
-  static constexpr Activation value = A;
-};
-template <typename F>
-void dispatch_activation(Activation act, const char* op, F&& f) {
-  switch (act) {
-    case Activation::kGeluTanh:
-      f(ActTag<Activation::kGeluTanh>{});
-      return;
-    case Activation::kGeluErf:
-      f(ActTag<Activation::kGeluErf>{});
-      return;
-    case Activation::kRelu:
-      f(ActTag<Activation::kRelu>{});
-      return;
-    case Activation::kSilu:
-      f(ActTag<Activation::kSilu>{});
-      return;
-    case Activation::kTanh:
-      f(ActTag<Activation::kTanh>{});
-      return;
-  }
-  ZT_ASSERT(false, "{}: unknown activation {}", op, static_cast<int>(act));
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // GELU, ReLU and SiLU, with their exact derivatives. Grid-stride loops over contiguous tensors,
 // the activation a template argument (no per-element switch), arithmetic in f32, one rounding at
 // the store. din may alias dout (each thread reads an element before writing it).
+#include "zt/kernels/activation_dispatch.h"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 
@@ -76,34 +77,6 @@ __global__ void activation_backward_kernel(T* din, const T* dout, const T* in, i
 }
 
 #undef ZT_GRID_STRIDE
-
-template <Activation A>
-struct ActTag {
-  static constexpr Activation value = A;
-};
-
-// Calls f(ActTag<A>{}) with the activation A as a compile-time constant.
-template <typename F>
-void dispatch_activation(Activation act, const char* op, F&& f) {
-  switch (act) {
-    case Activation::kGeluTanh:
-      f(ActTag<Activation::kGeluTanh>{});
-      return;
-    case Activation::kGeluErf:
-      f(ActTag<Activation::kGeluErf>{});
-      return;
-    case Activation::kRelu:
-      f(ActTag<Activation::kRelu>{});
-      return;
-    case Activation::kSilu:
-      f(ActTag<Activation::kSilu>{});
-      return;
-    case Activation::kTanh:
-      f(ActTag<Activation::kTanh>{});
-      return;
-  }
-  ZT_ASSERT(false, "{}: unknown activation {}", op, static_cast<int>(act));
-}
 
 void check_pair(const Tensor& a, const Tensor& b, const char* op, const char* a_name,
                 const char* b_name) {
