@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "zt/checkpoint/checkpoint_dir.h"
+#include "zt/checkpoint/hf_weights.h"
+#include "zt/nn/hf/hf_config.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/data/token_file.h"
 #include "zt/launcher/hostfile.h"
@@ -75,6 +78,39 @@ void checkpoint_metadata(const uint8_t* d, size_t n) {
   (void)ckpt::latest_read(dir);
 }
 
+// A model's config.json: the family readers, and the model built when it is small.
+void hf_config(const uint8_t* d, size_t n) {
+  auto j = nlohmann::json::parse(text(d, n), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return;
+  auto c = nn::transformer_config_from_hf(j, "fuzz/config.json");
+  if (!c.is_ok()) return;
+  const double width = static_cast<double>(std::max(c->hidden, c->embed_dim));
+  const double params = (c->n_layer + 2.0) * width *
+                        (4.0 * width + 3.0 * static_cast<double>(c->inner) +
+                         static_cast<double>(c->padded_vocab_size + c->max_positions));
+  if (params < 1e6 && c->max_positions <= 4096) nn::Transformer model(*c);
+}
+
+// Weights beside a fixed tiny GPT-2 config: the loader's header, shape and size checks, then
+// every parameter's reads.
+void hf_weights(const uint8_t* d, size_t n) {
+  const std::string dir = scratch("hf");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json", std::ios::trunc)
+      << R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 4, "n_positions": 3,
+            "vocab_size": 5})";
+  put(dir + "/model.safetensors", d, n);
+  auto m = ckpt::load_hf_model(dir);
+  if (!m.is_ok() || !m->has_weights) return;
+  std::vector<float> buf;
+  for (auto& unit : m->model->units()) {
+    for (nn::Param* p : unit->params()) {
+      buf.resize(static_cast<size_t>(p->numel()));
+      p->source->read(0, p->numel(), buf.data());
+    }
+  }
+}
+
 }  // namespace
 
 const std::vector<Target>& targets() {
@@ -94,6 +130,18 @@ const std::vector<Target>& targets() {
        {std::string("\x40\x00\x00\x00\x00\x00\x00\x00", 8) +
             R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}         )" +
             std::string(8, '\x01')}},
+      {"hf_config", hf_config,
+       {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "hidden_size": 16, "intermediate_size": 24, "vocab_size": 50,
+            "max_position_embeddings": 32, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+            "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8}})",
+        R"({"model_type": "bert", "architectures": ["BertForSequenceClassification"],
+            "num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 8,
+            "intermediate_size": 8, "vocab_size": 20, "id2label": {"0": "a", "1": "b"}})"}},
+      {"hf_weights", hf_weights,
+       {std::string("\x47\x00\x00\x00\x00\x00\x00\x00", 8) +
+        R"({"wte.weight":{"dtype":"F32","shape":[5,4],"data_offsets":[0,80]}}     )" +
+        std::string(80, '\x01')}},
       {"checkpoint_metadata", checkpoint_metadata,
        {R"({"format": "zerotrain-checkpoint", "version": 1, "global_steps": 3,
             "files": {"zero_pp_rank_0_mp_rank_00_optim_states.safetensors": {"bytes": 10, "xxh3": "00"}}})"}},
