@@ -214,15 +214,34 @@ for name, e in hdr.items():
 def bf16(x):
     u = struct.unpack("<I", struct.pack("<f", x))[0]
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
-off, bad = 0, 0
+# The folder is what transformers' from_pretrained reads (GPT-2's layout, mapped here by hand):
+# "transformer." names, Conv1D block weights stored (in, out), the token table without the
+# vocabulary padding, the tied head not stored.
+vocab = json.load(open(os.path.join(m16, "config.json")))["vocab_size"]
+off, bad, seen = 0, 0, 0
 for unit in meta["model"]["units"]:
     for prm in unit["params"]:
-        vals = got[prm["name"]]
-        for i, v in enumerate(vals):
-            bad += v != bf16(p16[off + prm["offset"] + i])
+        hf = "transformer." + prm["name"]
+        if hf not in got:
+            bad += 1
+            continue
+        seen += 1
+        vals, shape, base = got[hf], prm["shape"], off + prm["offset"]
+        if len(shape) == 2 and prm["name"].startswith("h."):  # Conv1D: (cols, rows) in the file
+            rows, cols = shape
+            idx = [r * cols + c for c in range(cols) for r in range(rows)]
+        elif prm["name"] == "wte.weight":
+            idx = range(vocab * shape[1])
+        else:
+            idx = range(len(vals))
+        bad += len(vals) != len(idx)
+        for v, i in zip(vals, idx):
+            bad += v != bf16(p16[base + i])
     off += unit["numel"]
-check("--save-16bit-model at stage 3 holds the parameters rounded to bf16",
-      hdr[next(iter(got))]["dtype"] == "BF16" and bad == 0, f"{bad} elements differ")
+check("--save-16bit-model at stage 3 holds the parameters rounded to bf16, as transformers names "
+      "and lays them out",
+      hdr[next(iter(got))]["dtype"] == "BF16" and bad == 0 and seen == len(got),
+      f"{bad} elements differ, {seen} of {len(got)} tensors matched")
 p, _, _ = train("m16_off", 2, sgd[3], 1, ["--save-16bit-model", m16 + "_off"])
 check("--save-16bit-model at stage 3 without the gather flag: DeepSpeed's warning, nothing written",
       "Did not save the model" in p.stderr and not os.path.exists(m16 + "_off"), p.stderr[-400:])

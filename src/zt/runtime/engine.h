@@ -132,8 +132,10 @@ class Engine {
                                const nlohmann::json& client_state = nlohmann::json::object(),
                                int keep_last = 0);
   // DeepSpeed's save_16bit_model: the whole model's weights in the training precision (bf16,
-  // fp16, or fp32 for fp32 training) as DIR/<file> (safetensors, one tensor per parameter) and
-  // DIR/config.json, written by rank 0. Collective (the weights are gathered). At ZeRO stage 3 it
+  // fp16, or fp32 for fp32 training) and DIR/config.json, written by rank 0. A Transformer (every
+  // family of nn/models) with the default file name is written as transformers' from_pretrained
+  // reads it (checkpoint/hf_export.h: its tensor names, sharded past 5GB); another model or
+  // file name gets DIR/<file>, one tensor per parameter under ZeroTrain's names. Collective (the weights are gathered). At ZeRO stage 3 it
   // needs zero_optimization.stage3_gather_16bit_weights_on_model_save, as in DeepSpeed: without
   // it nothing is written, a warning says why, and the result is false.
   Result<bool> save_16bit_model(const std::string& dir,

@@ -11,6 +11,7 @@
 
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/flat_layout.h"
+#include "zt/checkpoint/hf_export.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
 #include "zt/comm/env.h"
@@ -295,7 +296,29 @@ Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string&
   }
   ZT_ASSIGN_OR_RETURN(std::vector<Tensor> full, zero_->gather_master());
   Status local;
-  if (comm_->rank() == 0) {
+  auto* transformer = dynamic_cast<nn::Transformer*>(&model_);
+  if (comm_->rank() == 0 && transformer != nullptr && file == "model.safetensors") {
+    // The families of nn/models: the folder transformers' from_pretrained loads (their names,
+    // fused tensors split, sharded past 5GB), as DeepSpeed's save_16bit_model of a transformers
+    // module gives its state dict.
+    std::map<const nn::Param*, Tensor> values;
+    for (size_t u = 0; u < full.size(); ++u) {
+      for (nn::Param* p : model_.units()[u]->params()) {
+        values[p] = full[u].view(p->offset, {p->numel()});
+      }
+    }
+    const DType out = round_dtype_;
+    ckpt::HfExportSource source;
+    source.read = [&values](const nn::Param& p, int64_t lo, int64_t hi, float* dst) {
+      const float* src = values.at(&p).data<float>();
+      std::copy(src + lo, src + hi, dst);
+      return Status::ok();
+    };
+    source.dtype_of = [out](const std::string&) { return out; };
+    source.config_dtype = out;
+    local = ckpt::hf_export_model(*transformer, source, dir, {}).status();
+    if (local.is_ok()) ZT_LOG_INFO("saved the {} model to {} (Hugging Face layout)", dtype_name(out), dir);
+  } else if (comm_->rank() == 0) {
     const DType out = round_dtype_;
     std::vector<ckpt::TensorToWrite> tensors;
     for (size_t u = 0; u < full.size(); ++u) {

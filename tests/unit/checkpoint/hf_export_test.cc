@@ -308,6 +308,33 @@ INSTANTIATE_TEST_SUITE_P(Families, HfExportCheckpoint,
 
 // Two ranks at stage 3 each save their chunk of every unit; the export reads each tensor (a q, k
 // or v slice of a fused projection included) across both shards.
+TEST(HfExport, SixteenBitModelSaveIsAFolderTransformersReads) {
+  // Engine::save_16bit_model of a Transformer writes the Hugging Face layout (DeepSpeed's
+  // save_16bit_model of a transformers module): the loader reads it back to the trained
+  // engine's logits (f32 training: the master itself), and it has the source's tensor names.
+  testing::TempDir tmp;
+  const fs::path src = kFixtures + "llama", out = tmp.path() / "m16";
+  auto loaded = load_hf_model(src.string());
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  Transformer& model = *loaded->model;
+  const int V = model.transformer_config().vocab_size;
+  auto e = initialize(model, engine_config(), {.device = Device::cpu()});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  train(**e, V, 11);
+  auto saved = (*e)->save_16bit_model(out.string());
+  ASSERT_TRUE(saved.is_ok()) << saved.status().message();
+  EXPECT_TRUE(*saved);
+  const auto want = folder_tensors(src), got = folder_tensors(out);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    ASSERT_EQ(got.count(name), 1u) << name;
+    EXPECT_EQ(got.at(name).shape, w.shape) << name;
+  }
+  const Tensor ids = testing::random_ints({2, 12}, V, 98);
+  expect_same_logits(export_logits(out, ids, V),
+                     logits_of(model, (*e)->eval_context(), ids, V, (*e)->hooks()));
+}
+
 TEST(HfExport, CheckpointOfTwoRanksAtStage3ExportsToTheEnginesLogits) {
   testing::TempDir tmp;
   const fs::path ckpt = tmp.path() / "ckpt", out = tmp.path() / "out";
