@@ -167,18 +167,26 @@ Status read_gpt2(const Keys& k, TransformerConfig& t) {
   return Status::ok();
 }
 
-Status read_llama(const Keys& k, TransformerConfig& t, const std::string& type) {
+// The keys every family but GPT-2 names alike: layers, heads and width (head size = width /
+// heads unless the family reads its own head_dim after this).
+Status read_shape(const Keys& k, TransformerConfig& t) {
   ZT_ASSIGN_OR_RETURN(t.n_layer, small_int(k, "num_hidden_layers"));
   ZT_ASSIGN_OR_RETURN(t.n_head, small_int(k, "num_attention_heads"));
   t.n_kv_head = t.n_head;
+  ZT_ASSIGN_OR_RETURN(t.hidden, k.int_key("hidden_size"));
+  t.head_dim = t.hidden / t.n_head;
+  return Status::ok();
+}
+
+Status read_llama(const Keys& k, TransformerConfig& t, const std::string& type) {
+  ZT_RETURN_IF_ERROR(read_shape(k, t));
   if (k.has("num_key_value_heads")) {
     ZT_ASSIGN_OR_RETURN(t.n_kv_head, small_int(k, "num_key_value_heads"));
   }
   if (t.n_head % t.n_kv_head != 0) {
     return k.unsupported("num_key_value_heads", "it must divide num_attention_heads");
   }
-  ZT_ASSIGN_OR_RETURN(t.hidden, k.int_key("hidden_size"));
-  ZT_ASSIGN_OR_RETURN(t.head_dim, k.int_or("head_dim", t.hidden / t.n_head));
+  ZT_ASSIGN_OR_RETURN(t.head_dim, k.int_or("head_dim", t.head_dim));
   ZT_ASSIGN_OR_RETURN(t.inner, k.int_key("intermediate_size"));
   ZT_ASSIGN_OR_RETURN(t.max_positions, k.int_or("max_position_embeddings", 2048));
   ZT_ASSIGN_OR_RETURN(double eps, k.num_or("rms_norm_eps", 1e-6));
@@ -222,11 +230,7 @@ Status read_llama(const Keys& k, TransformerConfig& t, const std::string& type) 
 }
 
 Status read_opt(const Keys& k, TransformerConfig& t) {
-  ZT_ASSIGN_OR_RETURN(t.n_layer, small_int(k, "num_hidden_layers"));
-  ZT_ASSIGN_OR_RETURN(t.n_head, small_int(k, "num_attention_heads"));
-  t.n_kv_head = t.n_head;
-  ZT_ASSIGN_OR_RETURN(t.hidden, k.int_key("hidden_size"));
-  t.head_dim = t.hidden / t.n_head;
+  ZT_RETURN_IF_ERROR(read_shape(k, t));
   ZT_ASSIGN_OR_RETURN(t.inner, k.int_key("ffn_dim"));
   ZT_ASSIGN_OR_RETURN(t.max_positions, k.int_or("max_position_embeddings", 2048));
   ZT_ASSIGN_OR_RETURN(t.embed_dim, k.int_or("word_embed_proj_dim", t.hidden));
@@ -249,11 +253,7 @@ Status read_opt(const Keys& k, TransformerConfig& t) {
 }
 
 Status read_bert(const Keys& k, TransformerConfig& t) {
-  ZT_ASSIGN_OR_RETURN(t.n_layer, small_int(k, "num_hidden_layers"));
-  ZT_ASSIGN_OR_RETURN(t.n_head, small_int(k, "num_attention_heads"));
-  t.n_kv_head = t.n_head;
-  ZT_ASSIGN_OR_RETURN(t.hidden, k.int_key("hidden_size"));
-  t.head_dim = t.hidden / t.n_head;
+  ZT_RETURN_IF_ERROR(read_shape(k, t));
   ZT_ASSIGN_OR_RETURN(t.inner, k.int_key("intermediate_size"));
   ZT_ASSIGN_OR_RETURN(t.max_positions, k.int_or("max_position_embeddings", 512));
   ZT_ASSIGN_OR_RETURN(t.type_vocab, k.int_or("type_vocab_size", 2));
