@@ -178,6 +178,7 @@ void store_from_double(void* p, DType d, int64_t i, double v) {
 }  // namespace
 
 void convert_host(void* dst, DType dst_dtype, const void* src, DType src_dtype, int64_t n) {
+  if (n == 0) return;  // an empty tensor may have no storage: nothing to read or write
   if (dst_dtype == src_dtype) {
     std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(dst_dtype));
     return;
@@ -246,6 +247,7 @@ std::vector<float> Tensor::to_floats() const {
   Tensor h = device_.is_cpu() ? *this : to(Device::cpu());
   std::vector<float> out(static_cast<size_t>(numel()));
   const int64_t n = numel();
+  if (n == 0) return out;
   switch (dtype_) {
     case DType::f32:
       std::memcpy(out.data(), h.data(), static_cast<size_t>(n) * sizeof(float));
