@@ -367,6 +367,16 @@ Result<TransformerConfig> transformer_config_from_hf(const json& config, std::st
   return t;
 }
 
+namespace {
+
+// A float setting as the decimal it was written as (1e-05, not 9.99999974737875e-06): the
+// shortest text that reads back to the same float, as a double.
+double decimal(float v) {
+  return std::stod(fmt::format("{}", v));
+}
+
+}  // namespace
+
 json hf_config_from_transformer(const TransformerConfig& c) {
   json j;
   j["model_type"] = c.model_type;
@@ -380,7 +390,7 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["n_inner"] = c.inner;
     j["n_positions"] = c.max_positions;
     j["n_ctx"] = c.max_positions;
-    j["layer_norm_epsilon"] = c.norm_eps;
+    j["layer_norm_epsilon"] = decimal(c.norm_eps);
     j["activation_function"] = activation_name(c.act);
     j["padded_vocab_size"] = c.padded_vocab_size;
   } else if (c.model_type == "llama" || c.model_type == "qwen2") {
@@ -392,7 +402,7 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["head_dim"] = c.head_dim;
     j["intermediate_size"] = c.inner;
     j["max_position_embeddings"] = c.max_positions;
-    j["rms_norm_eps"] = c.norm_eps;
+    j["rms_norm_eps"] = decimal(c.norm_eps);
     j["hidden_act"] = "silu";
     j["rope_theta"] = c.rope.theta;
     if (c.rope.type != "default") {
@@ -410,7 +420,7 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     } else {
       j["use_sliding_window"] = false;
     }
-    j["initializer_range"] = c.init_std;
+    j["initializer_range"] = decimal(c.init_std);
   } else if (c.model_type == "opt") {
     j["architectures"] = {"OPTForCausalLM"};
     j["num_hidden_layers"] = c.n_layer;
@@ -422,7 +432,7 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["activation_function"] = activation_name(c.act);
     j["do_layer_norm_before"] = c.placement == NormPlacement::kPre;
     j["enable_bias"] = c.qkv_bias == Bias::kWith;
-    j["init_std"] = c.init_std;
+    j["init_std"] = decimal(c.init_std);
   } else {
     if (c.task == Task::kSequenceClassification) {
       j["architectures"] = {"BertForSequenceClassification"};
@@ -444,10 +454,10 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["intermediate_size"] = c.inner;
     j["max_position_embeddings"] = c.max_positions;
     j["type_vocab_size"] = c.type_vocab;
-    j["layer_norm_eps"] = c.norm_eps;
+    j["layer_norm_eps"] = decimal(c.norm_eps);
     j["hidden_act"] = activation_name(c.act);
     j["position_embedding_type"] = "absolute";
-    j["initializer_range"] = c.init_std;
+    j["initializer_range"] = decimal(c.init_std);
   }
   return j;
 }
