@@ -1,5 +1,8 @@
 #include "zt/runtime/inference.h"
 
+#include <chrono>
+
+#include "zt/core/log.h"
 #include "zt/kernels/ops.h"
 #include "zt/zero/zero_state.h"
 
@@ -25,6 +28,10 @@ Result<InferenceWeights> InferenceWeights::bind(nn::Model& model, Device device,
     }
   }
   const Stream s;
+  // A large model's weights take a while to read and convert: say how far it got.
+  const auto start = std::chrono::steady_clock::now();
+  auto reported = start;
+  size_t done = 0;
   for (const auto& unit : model.units()) {
     const int64_t n = unit->flat_numel();
     Tensor host = Tensor::empty({n}, DType::f32);
@@ -34,8 +41,20 @@ Result<InferenceWeights> InferenceWeights::bind(nn::Model& model, Device device,
     kernels::cast(flat, staged, s);
     unit->bind_values(flat);
     w.flats_.push_back(flat);
+    ++done;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - reported > std::chrono::seconds(5) && done < model.units().size()) {
+      reported = now;
+      ZT_LOG_INFO("weights: {} of {} units on {}", done, model.units().size(), device.str());
+    }
   }
   s.synchronize();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (secs > 5) {
+    ZT_LOG_INFO("weights: {:.2f} GiB in {} on {} in {:.1f} s", total / 1073741824.0,
+                dtype_name(dtype), device.str(), secs);
+  }
   w.bytes_ = total;
   return w;
 }
