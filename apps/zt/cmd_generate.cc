@@ -1,12 +1,16 @@
 // `zt generate`: text (or token ids) from a model, with a KV cache, batched, on the CPU or a GPU.
 // Prints each row's continuation on stdout and the speed on stderr.
 #include <chrono>
+#include <climits>
+#include <filesystem>
 #include <cstdio>
 #include <sstream>
 
 #include "cli_args.h"
 #include "commands.h"
 #include "model_args.h"
+#include "zt/core/file_io.h"
+#include "zt/core/json_limits.h"
 #include "zt/data/byte_tokenizer.h"
 #include "zt/nn/generate.h"
 
@@ -38,7 +42,10 @@ std::vector<FlagSpec> flags() {
                 "P"},
                {"--seed", FlagKind::kValue, "sampling seed (default 42)", "N"},
                {"--batch", FlagKind::kValue, "rows decoded together (default 1)", "N"},
-               {"--eos-id", FlagKind::kValue, "stop a row after this token id", "ID"},
+               {"--eos-id", FlagKind::kValue,
+                "stop a row after this token id (default: eos_token_id of the model directory's "
+                "generation_config.json, as transformers; -1: never stop)",
+                "ID"},
                {"--no-kv-cache", FlagKind::kSwitch,
                 "recompute the whole sequence for every token (slow; a check)"},
                {"--help", FlagKind::kSwitch, "this help"},
@@ -73,6 +80,27 @@ Result<float> float_flag(const ParsedArgs& a, const char* flag, float def, float
   return f;
 }
 
+// transformers' default stop tokens: eos_token_id (an id or a list) of generation_config.json
+// beside the model, else none.
+Result<std::vector<int32_t>> eos_from_generation_config(const std::string& dir) {
+  const std::string path = dir + "/generation_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::vector<int32_t>{};
+  ZT_ASSIGN_OR_RETURN(std::string text, file_read_all(path, "generation config"));
+  ZT_ASSIGN_OR_RETURN(nlohmann::json j, json_parse_checked(text, path));
+  std::vector<int32_t> ids;
+  const nlohmann::json eos = j.is_object() ? j.value("eos_token_id", nlohmann::json()) : nullptr;
+  for (const nlohmann::json& v : eos.is_array() ? eos : nlohmann::json::array({eos})) {
+    if (v.is_null()) continue;
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
+      return invalid_argument("{}: eos_token_id must be a token id or a list of them, got {}",
+                              path, eos.dump());
+    }
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+  }
+  return ids;
+}
+
 }  // namespace
 
 int cmd_generate(const Args& args) {
@@ -91,7 +119,7 @@ int cmd_generate(const Args& args) {
   auto top_k = int_flag("--top-k", 50, 0);
   auto seed = int_flag("--seed", 42, 0);
   auto batch = int_flag("--batch", 1, 1);
-  auto eos = int_flag("--eos-id", -1, 0);
+  auto eos = int_flag("--eos-id", -1, -1);
   auto temperature = float_flag(a, "--temperature", 0.0f, 0.0f, 100.0f);
   auto top_p = float_flag(a, "--top-p", 1.0f, 0.0f, 1.0f);
   for (const Status& s : {max_new.status(), top_k.status(), seed.status(), batch.status(),
@@ -134,8 +162,15 @@ int cmd_generate(const Args& args) {
                         .vocab_size = c.vocab_size,
                         .max_seq_len = static_cast<int>(c.max_positions),
                         .num_layers = c.n_layer,
-                        .eos_token_id = static_cast<int>(*eos),
+                        .eos_token_ids = {},
                         .cache = a.has("--no-kv-cache") ? nn::KvCacheUse::kOff : nn::KvCacheUse::kOn};
+  if (a.has("--eos-id")) {
+    if (*eos >= 0) g.eos_token_ids = {static_cast<int32_t>(*eos)};
+  } else if (!m->choice.source_dir.empty()) {
+    auto ids = eos_from_generation_config(m->choice.source_dir);
+    if (!ids) return fail(ids.status());
+    g.eos_token_ids = *ids;
+  }
   const std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(*batch), prompt);
   const auto t0 = std::chrono::steady_clock::now();
   auto out = nn::generate_batch(m->model(), m->weights->context(), prompts, g);

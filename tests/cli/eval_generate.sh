@@ -77,6 +77,18 @@ for name in gpt2 llama qwen2 opt; do
   fi
 done
 
+# The stop tokens default to generation_config.json's eos_token_id (an id or a list), as in
+# transformers; --eos-id -1 never stops.
+e=$fx/llama/expected.safetensors
+cp -r "$fx/llama" "$tmp/llama_eos"
+third=$(py generated "$e" | awk '{print $3}')
+printf '{"eos_token_id": [99999, %s]}\n' "$third" >"$tmp/llama_eos/generation_config.json"
+got=$("$zt" generate --model "$tmp/llama_eos" --prompt-ids "$(py prompt "$e")" --max-new-tokens 8 --device cpu 2>/dev/null)
+want=$(py generated "$e" | awk -v t="$third" '{for (i = 1; i <= NF; i++) {printf "%s%s", (i > 1 ? " " : ""), $i; if ($i == t) break}; print ""}')
+if [ "$got" = "$want" ]; then echo "ok: stops at generation_config's eos: $got"; else echo "FAIL: eos: '$got', want '$want'"; fails=$((fails+1)); fi
+got=$("$zt" generate --model "$tmp/llama_eos" --prompt-ids "$(py prompt "$e")" --max-new-tokens 8 --eos-id -1 --device cpu 2>/dev/null)
+if [ "$got" = "$(py generated "$e")" ]; then echo "ok: --eos-id -1 runs to the end"; else echo "FAIL: --eos-id -1: '$got'"; fails=$((fails+1)); fi
+
 # A byte-level model from text: the prompt comes back first.
 got=$("$zt" generate --model llama-tiny --prompt "Hello" --max-new-tokens 4 --device cpu 2>/dev/null)
 if [ "${got:0:5}" = "Hello" ]; then echo "ok: text prompt"; else echo "FAIL: text prompt: '$got'"; fails=$((fails+1)); fi
@@ -105,6 +117,8 @@ expect_error "wrong task for the model" "--task mlm" -- "$zt" eval --model "$fx/
 expect_error "BERT does not generate" "masked-LM" -- "$zt" generate --model "$fx/bert_mlm" --prompt-ids 1,2 --device cpu
 expect_error "an id past the vocabulary" "--prompt-ids" -- "$zt" generate --model "$fx/gpt2" --prompt-ids 1,300 --device cpu
 expect_error "text prompt on a small vocabulary" "--prompt-ids" -- "$zt" generate --model "$fx/opt" --prompt hi --device cpu
+echo '{"eos_token_id": "x"}' >"$tmp/llama_eos/generation_config.json"
+expect_error "a bad generation_config names it" "generation_config.json" -- "$zt" generate --model "$tmp/llama_eos" --prompt-ids 1,2 --device cpu
 expect_error "unknown model" "unknown model" -- "$zt" generate --model nosuch --prompt hi --device cpu
 expect_error "folder without config.json" "config.json" -- "$zt" eval --model "$tmp" --data "$tmp/big.jsonl" --device cpu
 

@@ -125,7 +125,10 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
       const int32_t next = next_ids[b];
       seqs[b].push_back(next);
       if (!done[b]) out[b].push_back(next);
-      if (next == options.eos_token_id) done[b] = true;
+      if (std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), next) !=
+          options.eos_token_ids.end()) {
+        done[b] = true;
+      }
       all_done = all_done && done[b];
     }
     if (all_done) break;

@@ -24,7 +24,7 @@ struct GenerateOptions {
   int vocab_size = 0;     // real vocabulary (logits past it are padding)
   int max_seq_len = 0;    // the model's context: generation stops when a row reaches it
   int num_layers = 0;     // attention layers (the cache's size); 0: no cache possible
-  int eos_token_id = -1;  // a row ends after emitting it (-1: never)
+  std::vector<int32_t> eos_token_ids{};  // a row ends after emitting one of them (none: never)
   KvCacheUse cache = KvCacheUse::kOn;
 };
 
@@ -37,7 +37,7 @@ struct GenerateStats {
 };
 
 // `prompts` are B rows of the same length; returns each row's new tokens (up to max_new_tokens;
-// fewer when it emitted eos_token_id, which is included, or reached max_seq_len). `ctx` gives
+// fewer when it emitted one of eos_token_ids, which is included, or reached max_seq_len). `ctx` gives
 // the device, stream and compute dtype; its mode, targets and cache are overridden. `hooks` are
 // the engine's (ZeRO-3 gathers parameters through them); every rank of a sharded model must call
 // generate together with the same options.

@@ -74,6 +74,39 @@ TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
   }
 }
 
+TEST_P(GenerateFixture, RowsStopAfterTheirEosToken) {
+  Loaded l = load(GetParam());
+  auto ex = ckpt::SafetensorsFile::open(kFixtures + GetParam() + "/expected.safetensors");
+  ASSERT_TRUE(ex.is_ok());
+  std::vector<int64_t> ps, gs;
+  const std::vector<int32_t> prompt = read_ids(*ex, "generate_prompt", &ps);
+  const std::vector<int32_t> expected = read_ids(*ex, "generated", &gs);
+  const int64_t B = ps[0], P = ps[1], N = gs[1] - P;
+  std::vector<std::vector<int32_t>> prompts, want(B);
+  for (int64_t b = 0; b < B; ++b) {
+    prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
+  }
+  // The stop token: row 0's third new token. Each row keeps its tokens up to and including
+  // its first occurrence (transformers' eos), and the others run to N.
+  const int32_t eos = expected[P + 2];
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < N; ++t) {
+      want[b].push_back(expected[b * gs[1] + P + t]);
+      if (want[b].back() == eos) break;
+    }
+  }
+  const TransformerConfig& c = l.m.model->transformer_config();
+  GenerateOptions o{.max_new_tokens = static_cast<int>(N),
+                    .sampling = Sampling::kGreedy,
+                    .vocab_size = c.vocab_size,
+                    .max_seq_len = static_cast<int>(c.max_positions),
+                    .num_layers = c.n_layer,
+                    .eos_token_ids = {eos}};
+  auto out = generate_batch(*l.m.model, l.w->context(), prompts, o);
+  for (int64_t b = 0; b < B; ++b) EXPECT_EQ(out[b], want[b]) << "row " << b;
+  EXPECT_LE(out[0].size(), 3u);
+}
+
 TEST_P(GenerateFixture, CachedLogitsEqualFullForward) {
   Loaded l = load(GetParam());
   const TransformerConfig& c = l.m.model->transformer_config();
