@@ -375,6 +375,13 @@ double decimal(float v) {
   return std::stod(fmt::format("{}", v));
 }
 
+// The inverse of read_shape: the keys every family but GPT-2 names alike.
+void write_shape(const TransformerConfig& c, json& j) {
+  j["num_hidden_layers"] = c.n_layer;
+  j["num_attention_heads"] = c.n_head;
+  j["hidden_size"] = c.hidden;
+}
+
 }  // namespace
 
 json hf_config_from_transformer(const TransformerConfig& c) {
@@ -395,10 +402,8 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["padded_vocab_size"] = c.padded_vocab_size;
   } else if (c.model_type == "llama" || c.model_type == "qwen2") {
     j["architectures"] = {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
+    write_shape(c, j);
     j["num_key_value_heads"] = c.n_kv_head;
-    j["hidden_size"] = c.hidden;
     j["head_dim"] = c.head_dim;
     j["intermediate_size"] = c.inner;
     j["max_position_embeddings"] = c.max_positions;
@@ -423,9 +428,7 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["initializer_range"] = decimal(c.init_std);
   } else if (c.model_type == "opt") {
     j["architectures"] = {"OPTForCausalLM"};
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["hidden_size"] = c.hidden;
+    write_shape(c, j);
     j["ffn_dim"] = c.inner;
     j["max_position_embeddings"] = c.max_positions;
     j["word_embed_proj_dim"] = c.embed_dim;
@@ -448,9 +451,7 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     } else {
       j["architectures"] = {"BertForMaskedLM"};
     }
-    j["num_hidden_layers"] = c.n_layer;
-    j["num_attention_heads"] = c.n_head;
-    j["hidden_size"] = c.hidden;
+    write_shape(c, j);
     j["intermediate_size"] = c.inner;
     j["max_position_embeddings"] = c.max_positions;
     j["type_vocab_size"] = c.type_vocab;
