@@ -5,7 +5,8 @@
 set -euo pipefail
 
 packages=(cmake g++ ninja-build pkg-config nlohmann-json3-dev libfmt-dev libopenblas-dev
-          libgtest-dev libgmock-dev libgloo-dev libxxhash-dev python3)
+          libgtest-dev libgmock-dev libgloo-dev libxxhash-dev python3
+          libpcre2-dev libutf8proc-dev zlib1g-dev libzstd-dev)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -11,7 +11,7 @@
 #include "model_args.h"
 #include "zt/core/file_io.h"
 #include "zt/core/json_limits.h"
-#include "zt/data/byte_tokenizer.h"
+#include "zt/data/tokenizer/byte_tokenizer.h"
 #include "zt/nn/generate.h"
 
 namespace zt::cli {
@@ -142,7 +142,7 @@ int cmd_generate(const Args& args) {
                                    "ids: give --prompt-ids",
                                    c.vocab_size));
     }
-    prompt = ByteTokenizer::encode(*p);
+    prompt = ByteTokenizer::encode_bytes(*p);
     if (prompt.empty()) return fail(invalid_argument("--prompt is empty"));
   } else {
     auto ids = ids_parse(*a.get("--prompt-ids"), c.vocab_size);
@@ -181,7 +181,7 @@ int cmd_generate(const Args& args) {
     if (text_prompt) {  // byte-level: the prompt and its continuation as text
       std::vector<int32_t> all = prompt;
       all.insert(all.end(), row.begin(), row.end());
-      std::printf("%s\n", ByteTokenizer::decode(all).c_str());
+      std::printf("%s\n", ByteTokenizer::decode_bytes(all).c_str());
     } else {
       std::string line;
       for (int32_t t : row) {

@@ -23,7 +23,7 @@
 #include "zt/core/log.h"
 #include "zt/data/batch_sampler.h"
 #include "zt/launcher/heartbeat.h"
-#include "zt/data/byte_tokenizer.h"
+#include "zt/data/tokenizer/byte_tokenizer.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
 #include "zt/checkpoint/model_open.h"
@@ -481,7 +481,7 @@ int cmd_train(const Args& args) {
   if (*sample_tokens > 0) {
     std::vector<int32_t> prompt;
     if (auto p = a.get("--prompt"); p && mc.vocab_size >= ByteTokenizer::kVocabSize) {
-      prompt = ByteTokenizer::encode(*p);
+      prompt = ByteTokenizer::encode_bytes(*p);
     }
     if (prompt.empty()) {
       std::vector<uint32_t> first(std::min<int64_t>(16, shared_file->num_tokens()));
@@ -502,7 +502,7 @@ int cmd_train(const Args& args) {
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), out.begin(), out.end());
     if (mc.vocab_size <= ByteTokenizer::kVocabSize) {
-      std::printf("--- sample ---\n%s\n--------------\n", ByteTokenizer::decode(all).c_str());
+      std::printf("--- sample ---\n%s\n--------------\n", ByteTokenizer::decode_bytes(all).c_str());
     } else {
       std::printf("--- sample (token ids) ---\n");
       for (int32_t t : all) std::printf("%d ", t);

@@ -15,7 +15,7 @@
 #include "zt/core/status.h"
 #include "zt/core/tensor.h"
 #include "zt/data/batch_sampler.h"
-#include "zt/data/byte_tokenizer.h"
+#include "zt/data/tokenizer/byte_tokenizer.h"
 #include "zt/data/token_file.h"
 #include "zt/kernels/ops.h"
 #include "zt/nn/generate.h"

@@ -9,7 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "zt/core/log.h"
-#include "zt/data/byte_tokenizer.h"
+#include "zt/data/tokenizer/byte_tokenizer.h"
 #include "zt/data/token_file.h"
 
 namespace zt {
@@ -133,7 +133,7 @@ Result<PrepareSummary> data_prepare(const std::vector<std::string>& inputs,
       const std::streamsize got = in.gcount();
       if (got <= 0) break;
       tokens.clear();
-      ByteTokenizer::encode_append({buf.data(), static_cast<size_t>(got)}, tokens);
+      ByteTokenizer::encode_bytes_append({buf.data(), static_cast<size_t>(got)}, tokens);
       ZT_RETURN_IF_ERROR(writer.append(tokens));
       file_bytes += got;
     }

@@ -14,7 +14,7 @@
 #include <fstream>
 #include <random>
 
-#include "zt/data/byte_tokenizer.h"
+#include "zt/data/tokenizer/byte_tokenizer.h"
 #include "zt/data/token_file.h"
 
 namespace zt {
