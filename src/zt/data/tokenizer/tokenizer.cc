@@ -1,8 +1,10 @@
 // tokenizer_load and the UTF-8 helpers (tokenizer.h).
 #include "zt/data/tokenizer/tokenizer.h"
 
+#include <filesystem>
 
 #include "zt/data/tokenizer/byte_tokenizer.h"
+#include "zt/data/tokenizer/hf_tokenizer.h"
 #include "zt/data/tokenizer/unicode.h"
 
 namespace zt {
@@ -16,7 +18,23 @@ Result<std::vector<int32_t>> Tokenizer::encode(std::string_view text,
 
 Result<std::shared_ptr<const Tokenizer>> tokenizer_load(const std::string& name_or_path) {
   if (name_or_path == "bytes") return std::shared_ptr<const Tokenizer>(new ByteTokenizer());
-  return invalid_argument("tokenizer '{}': only 'bytes' is available", name_or_path);
+  std::error_code ec;
+  std::filesystem::path p(name_or_path);
+  if (std::filesystem::is_directory(p, ec)) {
+    if (!std::filesystem::exists(p / "tokenizer.json", ec)) {
+      return not_found(
+          "tokenizer: folder {} has no tokenizer.json; name a tokenizer.json file, a model folder "
+          "that holds one, or 'bytes'",
+          name_or_path);
+    }
+    p /= "tokenizer.json";
+  } else if (!std::filesystem::exists(p, ec)) {
+    return not_found("tokenizer: {} does not exist; name a tokenizer.json file, a model folder "
+                     "that holds one, or 'bytes'",
+                     name_or_path);
+  }
+  ZT_ASSIGN_OR_RETURN(std::shared_ptr<const HfTokenizer> t, HfTokenizer::load(p.string()));
+  return std::shared_ptr<const Tokenizer>(std::move(t));
 }
 
 namespace {
