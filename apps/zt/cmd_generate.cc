@@ -20,9 +20,11 @@ namespace {
 constexpr const char* kUsage = R"(Usage: zt generate --model DIR|NAME (--prompt TEXT | --prompt-ids IDS) [options]
 
 Generates from a causal language model with a KV cache: greedy by default, sampled with
---temperature > 0 (then --top-k and --top-p filter as transformers does). --prompt is read as
-bytes (byte-level models, vocabulary of 256 or more) and the output printed as text; --prompt-ids
-takes token ids, comma-separated, and prints the new ids.
+--temperature > 0 (then --top-k and --top-p filter as transformers does). --prompt is encoded
+with the model's tokenizer (--tokenizer; by default the model directory's tokenizer.json, or
+bytes for a named size) with its special tokens, as transformers' pipelines do, and the prompt
+and continuation are printed as text (special tokens left out); --prompt-ids takes token ids,
+comma-separated, and prints the new ids.
 --batch N decodes N copies of the prompt together (one forward per step for all rows).
 
 Options:
@@ -32,7 +34,8 @@ std::vector<FlagSpec> flags() {
   std::vector<FlagSpec> f = model_flags();
   f.insert(f.end(),
            {
-               {"--prompt", FlagKind::kValue, "prompt text (byte-level models)", "TEXT"},
+               {"--prompt", FlagKind::kValue, "prompt text", "TEXT"},
+               tokenizer_flag(),
                {"--prompt-ids", FlagKind::kValue, "prompt token ids, e.g. 15496,11,995", "IDS"},
                {"--max-new-tokens", FlagKind::kValue, "tokens to generate (default 64)", "N"},
                {"--temperature", FlagKind::kValue, "0 (default): greedy; > 0: sample", "T"},
@@ -133,16 +136,16 @@ int cmd_generate(const Args& args) {
     return fail(invalid_argument("--model {}: a masked-LM model does not generate text",
                                  *a.get("--model")));
   }
-  const bool bytes = c.vocab_size >= 256;
   std::vector<int32_t> prompt;
   const bool text_prompt = a.has("--prompt");
+  std::shared_ptr<const Tokenizer> tok;
   if (auto p = a.get("--prompt")) {
-    if (!bytes) {
-      return fail(invalid_argument("--prompt reads bytes, but the model's vocabulary has only {} "
-                                   "ids: give --prompt-ids",
-                                   c.vocab_size));
-    }
-    prompt = ByteTokenizer::encode_bytes(*p);
+    auto t = model_tokenizer(a, m->choice, c.vocab_size);
+    if (!t) return fail(t.status());
+    tok = *t;
+    auto ids = tok->encode(*p, true);
+    if (!ids) return fail(ids.status().with_context("--prompt"));
+    prompt = std::move(*ids);
     if (prompt.empty()) return fail(invalid_argument("--prompt is empty"));
   } else {
     auto ids = ids_parse(*a.get("--prompt-ids"), c.vocab_size);
@@ -178,10 +181,10 @@ int cmd_generate(const Args& args) {
   int64_t made = 0;
   for (const auto& row : out) {
     made += static_cast<int64_t>(row.size());
-    if (text_prompt) {  // byte-level: the prompt and its continuation as text
+    if (text_prompt) {  // the prompt and its continuation as text
       std::vector<int32_t> all = prompt;
       all.insert(all.end(), row.begin(), row.end());
-      std::printf("%s\n", ByteTokenizer::decode_bytes(all).c_str());
+      std::printf("%s\n", tok->decode(all, true).c_str());
     } else {
       std::string line;
       for (int32_t t : row) {

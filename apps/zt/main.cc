@@ -28,6 +28,7 @@ Commands:
   launch    Start a multi-process job, like `deepspeed` (zt launch --help)
   config    Check a ds_config.json and print it fully resolved (zt config check FILE)
   data      Make token files from text (zt data prepare FILES... -o OUT)
+  tokenize  Text to ids and back with a tokenizer.json, as JSON Lines (zt tokenize --help)
   ckpt      Consolidate or inspect checkpoints (zt ckpt to-fp32 DIR OUT, zt ckpt inspect DIR)
 
 Options:
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
     if (cmd == "ckpt") rc = zt::cli::cmd_ckpt(rest);
     if (cmd == "generate") rc = zt::cli::cmd_generate(rest);
     if (cmd == "eval") rc = zt::cli::cmd_eval(rest);
+    if (cmd == "tokenize") rc = zt::cli::cmd_tokenize(rest);
     if (cmd == "launch") rc = zt::launcher::launch_main(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
@@ -87,7 +89,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   }
-  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, ckpt (see zt --help)\n",
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, ckpt (see zt --help)\n",
                cmd.c_str());
   return 2;
 }

@@ -1,5 +1,7 @@
 #include "model_args.h"
 
+#include <filesystem>
+
 #include "zt/core/log.h"
 
 namespace zt::cli {
@@ -40,6 +42,43 @@ Result<InferenceModel> inference_model_open(const ParsedArgs& a, const std::stri
   ZT_ASSIGN_OR_RETURN(InferenceWeights w, InferenceWeights::bind(m.model(), device, dtype));
   m.weights = std::make_unique<InferenceWeights>(std::move(w));
   return m;
+}
+
+FlagSpec tokenizer_flag() {
+  return {"--tokenizer", FlagKind::kValue,
+          "tokenizer.json, a folder holding one, or 'bytes' (default: the model directory's "
+          "tokenizer.json; bytes for a named size)",
+          "PATH"};
+}
+
+Result<std::shared_ptr<const Tokenizer>> model_tokenizer(const ParsedArgs& a,
+                                                         const ckpt::ModelChoice& choice,
+                                                         int64_t model_vocab) {
+  std::string name;
+  if (auto t = a.get("--tokenizer")) {
+    name = *t;
+  } else if (choice.source_dir.empty()) {
+    name = "bytes";
+  } else {
+    std::error_code ec;
+    if (!std::filesystem::exists(std::filesystem::path(choice.source_dir) / "tokenizer.json", ec)) {
+      return invalid_argument(
+          "--model {} has no tokenizer.json; name the tokenizer with --tokenizer FILE (or "
+          "--tokenizer bytes for a model trained on bytes), or give token ids",
+          choice.source_dir);
+    }
+    name = choice.source_dir;
+  }
+  ZT_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, tokenizer_load(name));
+  // Byte tokenizers make ids 0..256, the EOT only between documents: a model of 256 or more ids
+  // holds every byte.
+  const int64_t need = name == "bytes" ? 256 : tok->vocab_size();
+  if (need > model_vocab) {
+    return invalid_argument("the tokenizer ({}) makes ids up to {}, but the model's vocabulary "
+                            "has {}; they do not belong together",
+                            tok->describe(), need - 1, model_vocab);
+  }
+  return tok;
 }
 
 }  // namespace zt::cli

@@ -7,6 +7,7 @@
 
 #include "cli_args.h"
 #include "zt/checkpoint/model_open.h"
+#include "zt/data/tokenizer/tokenizer.h"
 #include "zt/runtime/inference.h"
 
 namespace zt::cli {
@@ -24,5 +25,15 @@ struct InferenceModel {
 // --model (required), --device (default: cuda when a GPU is visible), --dtype (default: bf16 on
 // a GPU, f32 on the CPU).
 Result<InferenceModel> inference_model_open(const ParsedArgs& a, const std::string& command);
+
+// The tokenizer for a model's text: --tokenizer when given (a tokenizer.json, a folder holding
+// one, or 'bytes'), else the tokenizer.json in the model directory, else the byte tokenizer for
+// a named size (ZeroTrain's own models train on bytes). A Hugging Face directory without a
+// tokenizer.json is an error asking for --tokenizer. The model's vocabulary must hold every id
+// the tokenizer makes.
+Result<std::shared_ptr<const Tokenizer>> model_tokenizer(const ParsedArgs& a,
+                                                         const ckpt::ModelChoice& choice,
+                                                         int64_t model_vocab);
+FlagSpec tokenizer_flag();
 
 }  // namespace zt::cli

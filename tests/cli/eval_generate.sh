@@ -116,7 +116,8 @@ expect_error "masked LM without labels" "labels" -- "$zt" eval --model "$fx/bert
 expect_error "wrong task for the model" "--task mlm" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/nolabels.jsonl" --task mlm --device cpu
 expect_error "BERT does not generate" "masked-LM" -- "$zt" generate --model "$fx/bert_mlm" --prompt-ids 1,2 --device cpu
 expect_error "an id past the vocabulary" "--prompt-ids" -- "$zt" generate --model "$fx/gpt2" --prompt-ids 1,300 --device cpu
-expect_error "text prompt on a small vocabulary" "--prompt-ids" -- "$zt" generate --model "$fx/opt" --prompt hi --device cpu
+expect_error "text prompt without a tokenizer" "tokenizer.json" -- "$zt" generate --model "$fx/opt" --prompt hi --device cpu
+expect_error "a tokenizer larger than the model" "do not belong together" -- "$zt" generate --model "$fx/opt" --tokenizer "$src/tests/fixtures/tokenizers/gpt2" --prompt hi --device cpu
 echo '{"eos_token_id": "x"}' >"$tmp/llama_eos/generation_config.json"
 expect_error "a bad generation_config names it" "generation_config.json" -- "$zt" generate --model "$tmp/llama_eos" --prompt-ids 1,2 --device cpu
 expect_error "unknown model" "unknown model" -- "$zt" generate --model nosuch --prompt hi --device cpu
