@@ -11,7 +11,10 @@
 #include "zt/checkpoint/hf_weights.h"
 #include "zt/nn/hf/hf_config.h"
 #include "zt/checkpoint/safetensors.h"
+#include "zt/data/jsonl_dataset.h"
 #include "zt/data/token_file.h"
+#include "zt/data/tokenizer/byte_tokenizer.h"
+#include "zt/data/tokenizer/hf_tokenizer.h"
 #include "zt/launcher/hostfile.h"
 #include "zt/runtime/config.h"
 
@@ -111,6 +114,98 @@ void hf_weights(const uint8_t* d, size_t n) {
   }
 }
 
+// A JSON Lines dataset in memory: every line parsed, then the records as examples and batches
+// with the byte tokenizer, padded and packed, failing on bad lines and skipping them.
+void jsonl(const uint8_t* d, size_t n) {
+  static const auto tokenizer = std::make_shared<const ByteTokenizer>();
+  auto f = JsonlFile::from_memory(std::string(text(d, n)), "fuzz.jsonl");
+  if (!f.is_ok()) return;
+  for (int64_t i = 0; i < std::min<int64_t>(f->size(), 64); ++i) {
+    (void)f->line_number(i);
+    (void)f->parse(i);
+  }
+  for (RowLayout layout : {RowLayout::kPad, RowLayout::kPack}) {
+    for (BadRecords bad : {BadRecords::kFail, BadRecords::kSkip}) {
+      auto copy = JsonlFile::from_memory(std::string(text(d, n)), "fuzz.jsonl");
+      if (!copy.is_ok()) return;
+      auto ds = JsonlDataset::create(
+          std::move(*copy), tokenizer,
+          {.seq_len = 8, .bad_records = bad, .layout = layout, .batch_size = 2, .seed = 1,
+           .rank = 1, .world_size = 2});
+      if (!ds.is_ok()) continue;
+      for (int64_t i = 0; i < std::min<int64_t>(ds->size(), 16); ++i) (void)ds->example(i);
+      for (int64_t b = 0; b < std::min<int64_t>(ds->num_batches(0), 4); ++b) (void)ds->batch(0, b);
+    }
+  }
+}
+
+// A tokenizer.json: loaded, then fixed texts (invalid UTF-8 among them) encoded and decoded.
+void tokenizer_json(const uint8_t* d, size_t n) {
+  auto t = HfTokenizer::from_json(text(d, n), "fuzz/tokenizer.json");
+  if (!t.is_ok()) return;
+  static const std::string_view kTexts[] = {
+      "", "Hello world", "hello, worlds  he said\n\t", "h\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C "
+      "\xF0\x9F\x98\x80 12345", "<|endoftext|>[CLS] [SEP][UNK]", "\xff\xfe", "ab\xc3(",
+      std::string_view("nul\0byte", 8)};
+  for (std::string_view s : kTexts) {
+    for (bool special : {false, true}) {
+      std::vector<int32_t> ids;
+      if (!(*t)->encode_append(s, special, ids).is_ok()) continue;
+      ids.push_back(-1);
+      ids.push_back(static_cast<int32_t>((*t)->vocab_size()));
+      (void)(*t)->decode(ids, true);
+      (void)(*t)->decode(ids, false);
+    }
+  }
+  for (int32_t id : {0, 1, -1, static_cast<int32_t>((*t)->vocab_size())}) {
+    if (auto tok = (*t)->id_to_token(id)) (void)(*t)->token_to_id(*tok);
+    (void)(*t)->is_special(id);
+  }
+}
+
+// Seeds: a byte-level BPE (GPT-2's layout: 10 tokens, 2 merges) and a BERT WordPiece.
+constexpr const char* kBpeJson = R"({
+  "version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [{"id": 10, "content": "<|endoftext|>", "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": true}],
+  "normalizer": null,
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                    "use_regex": true},
+  "post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false,
+                     "use_regex": true},
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
+              "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "ignore_merges": false,
+            "vocab": {"h": 0, "e": 1, "l": 2, "o": 3, "\u0120": 4, "w": 5, "r": 6, "d": 7,
+                      "he": 8, "ll": 9},
+            "merges": ["h e", "l l"]}})";
+
+constexpr const char* kWordPieceJson = R"({
+  "version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [
+    {"id": 0, "content": "[PAD]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 1, "content": "[UNK]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 2, "content": "[CLS]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+    {"id": 3, "content": "[SEP]", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+  "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                 "strip_accents": null, "lowercase": true},
+  "pre_tokenizer": {"type": "BertPreTokenizer"},
+  "post_processor": {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+               {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+    "pair": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+             {"SpecialToken": {"id": "[SEP]", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}},
+             {"SpecialToken": {"id": "[SEP]", "type_id": 1}}],
+    "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                       "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+  "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
+  "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+            "max_input_chars_per_word": 100,
+            "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "world": 5,
+                      "##s": 6, "he": 7, "##llo": 8, ",": 9}}})";
+
 }  // namespace
 
 const std::vector<Target>& targets() {
@@ -145,6 +240,12 @@ const std::vector<Target>& targets() {
       {"checkpoint_metadata", checkpoint_metadata,
        {R"({"format": "zerotrain-checkpoint", "version": 1, "global_steps": 3,
             "files": {"zero_pp_rank_0_mp_rank_00_optim_states.safetensors": {"bytes": 10, "xxh3": "00"}}})"}},
+      {"jsonl", jsonl,
+       {"{\"prompt\": \"Hi\", \"response\": \"there\"}\n\n{\"prompt\": \"a\", \"response\": \"bcdefghij\"}\r\n",
+        "{\"prompt\": \"q\", \"chosen\": \"y\", \"rejected\": \"n\"}\n{\"prompt\": \"r\", \"chosen\": \"z\", \"rejected\": \"m\"}",
+        "{\"text\": \"one\"}\n{\"text\": \"two\"}\n{\"text\": \"three\"}\n{\"text\": \"four\"}\n",
+        "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 2, 3], \"attention_mask\": [1, 1, 0]}\n{\"input_ids\": [256]}\n"}},
+      {"tokenizer_json", tokenizer_json, {kBpeJson, kWordPieceJson}},
   };
   return t;
 }
