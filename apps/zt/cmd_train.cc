@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli_args.h"
@@ -22,6 +23,7 @@
 #include "zt/comm/env.h"
 #include "zt/core/log.h"
 #include "zt/data/batch_sampler.h"
+#include "zt/data/blend.h"
 #include "zt/launcher/heartbeat.h"
 #include "zt/data/tokenizer/byte_tokenizer.h"
 #include "zt/data/prepare.h"
@@ -50,7 +52,10 @@ const std::vector<FlagSpec> kFlags = {
      "gpt2-tiny (default), gpt2 ... gpt2-xl, gpt-1.3b ... gpt-65b, llama-tiny, llama-1b, "
      "llama-8b, llama-70b",
      "DIR|NAME"},
-    {"--data", FlagKind::kValue, "token file (llm.c .bin, or nanoGPT raw uint16 .bin)", "FILE"},
+    {"--data", FlagKind::kValue,
+     "token file (llm.c .bin, or nanoGPT raw uint16 .bin), or a blend of WEIGHT FILE pairs: "
+     "--data 0.7 a.bin 0.3 b.bin (weights normalized)",
+     "FILE"},
     {"--steps", FlagKind::kValue, "optimizer steps to run (default 200)", "N"},
     {"--device", FlagKind::kValue, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)",
      "DEV"},
@@ -174,7 +179,11 @@ nlohmann::json run_record(const Engine& e, const nn::Transformer& model, int64_t
 
 }  // namespace
 
-int cmd_train(const Args& args) {
+int cmd_train(const Args& raw_args) {
+  // --data takes several values (a blend), which parse_args does not know; it is taken out first.
+  Args args = raw_args;
+  auto data_values = data_args_extract(args);
+  if (!data_values) return fail(data_values.status());
   auto parsed = parse_args("zt train", kFlags, args);
   if (!parsed) return fail(parsed.status());
   const ParsedArgs& a = *parsed;
@@ -252,19 +261,30 @@ int cmd_train(const Args& args) {
   auto comm = communicator_create(*env, device);
   if (!comm) return fail(comm.status());
 
-  // Data.
-  std::string data_path;
-  if (auto d = a.get("--data")) {
-    data_path = *d;
+  // Data: one token file, or a weighted blend of several (zt/data/blend.h).
+  std::vector<BlendSpec> data_specs;
+  std::string data_path;  // what the run record and the checkpoint keep: the --data values
+  if (*data_values) {
+    auto specs = blend_spec_parse(**data_values, "--data");
+    if (!specs) return fail(specs.status());
+    data_specs = std::move(specs).value();
+    data_path = fmt::format("{}", fmt::join(**data_values, " "));
   } else {
     auto dd = default_data();
     if (!dd) return fail(dd.status());
     data_path = *dd;
+    data_specs.push_back({.weight = 1, .path = data_path});
   }
-  auto file = TokenFile::open(data_path);
-  if (!file) return fail(file.status());
-  auto shared_file = std::make_shared<const TokenFile>(std::move(file).value());
-  data_fault_handler_install(data_path);
+  std::vector<BlendSource> sources;
+  std::vector<std::string> data_files;
+  for (const BlendSpec& spec : data_specs) {
+    auto file = TokenFile::open(spec.path);
+    if (!file) return fail(file.status());
+    sources.push_back({std::make_shared<const TokenFile>(std::move(file).value()), spec.weight});
+    data_files.push_back(spec.path);
+  }
+  const std::shared_ptr<const TokenFile> shared_file = sources.front().file;
+  data_fault_handler_install(data_files);
   SampleOrder order = SampleOrder::kRandom;
   if (auto o = a.get("--order")) {
     if (*o == "sequential") {
@@ -273,15 +293,42 @@ int cmd_train(const Args& args) {
       return fail(invalid_argument("--order must be random or sequential, got '{}'", *o));
     }
   }
-  auto sampler =
-      BatchSampler::create(shared_file, {.batch_size = cfg->train_micro_batch_size_per_gpu,
-                                         .seq_len = *seq,
-                                         .order = order,
-                                         .seed = static_cast<uint64_t>(*seed),
-                                         .rank = rank,
-                                         .world_size = world,
-                                         .vocab_size = mc.vocab_size});
-  if (!sampler) return fail(sampler.status());
+  const BatchSamplerOptions sampler_options{.batch_size = cfg->train_micro_batch_size_per_gpu,
+                                            .seq_len = *seq,
+                                            .order = order,
+                                            .seed = static_cast<uint64_t>(*seed),
+                                            .rank = rank,
+                                            .world_size = world,
+                                            .vocab_size = mc.vocab_size};
+  // One file trains exactly as before (BatchSampler); several go through BlendSampler.
+  std::optional<BatchSampler> single_sampler;
+  std::optional<BlendSampler> blend_sampler;
+  if (sources.size() == 1) {
+    auto s = BatchSampler::create(shared_file, sampler_options);
+    if (!s) return fail(s.status());
+    single_sampler.emplace(std::move(s).value());
+  } else {
+    auto s = BlendSampler::create(sources, sampler_options);
+    if (!s) return fail(s.status());
+    blend_sampler.emplace(std::move(s).value());
+    if (rank == 0) {
+      for (int i = 0; i < blend_sampler->num_datasets(); ++i) {
+        ZT_LOG_INFO("data blend: {:.4f} of the windows from {} ({} tokens)",
+                    blend_sampler->weights()[static_cast<size_t>(i)], blend_sampler->file(i).path(),
+                    blend_sampler->file(i).num_tokens());
+      }
+    }
+  }
+  const auto next_batch = [&]() -> Result<Batch> {
+    return single_sampler ? single_sampler->next() : blend_sampler->next();
+  };
+  const auto seek_batch = [&](int64_t g) {
+    if (single_sampler) {
+      single_sampler->seek(g);
+    } else {
+      blend_sampler->seek(g);
+    }
+  };
 
   auto engine_r = initialize(
       model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()});
@@ -346,7 +393,7 @@ int cmd_train(const Args& args) {
                 "data continues at the next whole batch",
                 engine.global_samples(), rows_per_batch);
   }
-  sampler->seek((engine.global_samples() + rows_per_batch - 1) / rows_per_batch);
+  seek_batch((engine.global_samples() + rows_per_batch - 1) / rows_per_batch);
   if (start_step >= *steps && rank == 0) {
     ZT_LOG_WARN("the checkpoint is at step {}, at or past --steps {}: nothing to train",
                 start_step, *steps);
@@ -393,7 +440,7 @@ int cmd_train(const Args& args) {
   for (int64_t step = start_step; step < *steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t m = 0; m < cfg->gradient_accumulation_steps; ++m) {
-      auto batch = sampler->next();
+      auto batch = next_batch();
       if (!batch) return fail(batch.status());
       auto loss = engine.forward(batch->tokens, batch->targets);
       if (!loss) return fail(loss.status());

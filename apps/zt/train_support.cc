@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+
+#include <fmt/ranges.h>
 
 #include "zt/core/log.h"
 
@@ -57,18 +60,52 @@ void on_data_fault(int /*sig*/) {
 }
 }  // namespace
 
-void data_fault_handler_install(const std::string& data_path) {
+void data_fault_handler_install(const std::vector<std::string>& data_paths) {
   const std::string msg = fmt::format(
-      "zt: error: reading token file '{}' failed (SIGBUS): the file was truncated or replaced "
+      "zt: error: reading token file{} '{}' failed (SIGBUS): the file was truncated or replaced "
       "while training read it, or its disk failed; restore it and resume from the last "
       "checkpoint\n",
-      data_path);
+      data_paths.size() > 1 ? "s" : "", fmt::join(data_paths, "', '"));
   g_data_fault_length = std::min(msg.size(), sizeof(g_data_fault_message));
   std::memcpy(g_data_fault_message, msg.data(), g_data_fault_length);
   struct sigaction action {};
   action.sa_handler = on_data_fault;
   sigemptyset(&action.sa_mask);
   sigaction(SIGBUS, &action, nullptr);
+}
+
+Result<std::optional<std::vector<std::string>>> data_args_extract(std::vector<std::string>& args) {
+  const auto is_value = [](const std::string& a) {
+    if (a.empty() || a[0] != '-') return true;
+    char* end = nullptr;
+    std::strtod(a.c_str(), &end);
+    return a.size() > 1 && *end == '\0';  // "-0.5": a (bad) weight, not an option
+  };
+  std::optional<std::vector<std::string>> values;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool inline_value = a.rfind("--data=", 0) == 0;
+    if (a != "--data" && !inline_value) {
+      rest.push_back(a);
+      continue;
+    }
+    if (values) {
+      return invalid_argument(
+          "zt train: --data is given twice; give one file, or one blend of WEIGHT FILE pairs "
+          "after a single --data");
+    }
+    values.emplace();
+    if (inline_value) values->push_back(a.substr(7));
+    while (i + 1 < args.size() && is_value(args[i + 1])) values->push_back(args[++i]);
+    if (values->empty() || values->front().empty()) {
+      return invalid_argument(
+          "zt train: option '--data' needs a value (FILE, or WEIGHT FILE pairs such as --data "
+          "0.7 a.bin 0.3 b.bin)");
+    }
+  }
+  args = std::move(rest);
+  return values;
 }
 
 namespace {

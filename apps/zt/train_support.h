@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "zt/core/file_io.h"
 #include "zt/runtime/engine.h"
@@ -33,8 +34,15 @@ class MetricsWriter {
 };
 
 // Token files are memory-mapped: one truncated or replaced under a running job raises SIGBUS on
-// the next read. This turns that into one line naming the file and exit code 1 (not a core dump).
-void data_fault_handler_install(const std::string& data_path);
+// the next read. This turns that into one line naming the file(s) and exit code 1 (not a core
+// dump).
+void data_fault_handler_install(const std::vector<std::string>& data_paths);
+
+// `--data` takes one token file or a blend, WEIGHT FILE pairs (zt/data/blend.h): moves `--data`
+// (or `--data=V`) and the values after it, up to the next option, out of `args`. A value is an
+// argument that does not start with '-', or a number ("-0.5", refused later as a weight).
+// nullopt without --data; an error when it is given twice or without a value.
+Result<std::optional<std::vector<std::string>>> data_args_extract(std::vector<std::string>& args);
 
 // --save-on-signal: SIGTERM and SIGUSR1 set a flag instead of ending the process.
 void signal_save_install();
