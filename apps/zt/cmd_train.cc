@@ -25,7 +25,7 @@
 #include "zt/data/batch_sampler.h"
 #include "zt/data/blend.h"
 #include "zt/launcher/heartbeat.h"
-#include "zt/data/tokenizer/byte_tokenizer.h"
+#include "model_args.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
 #include "zt/checkpoint/model_open.h"
@@ -68,7 +68,12 @@ const std::vector<FlagSpec> kFlags = {
     {"--seed", FlagKind::kValue, "seed for initialisation and batch order (default 1234)", "N"},
     {"--sample-tokens", FlagKind::kValue, "tokens to generate at the end (default 200, 0: none)",
      "N"},
-    {"--prompt", FlagKind::kValue, "prompt for the sample (byte-level models)", "TEXT"},
+    {"--prompt", FlagKind::kValue, "prompt for the sample (needs a tokenizer)", "TEXT"},
+    {"--tokenizer", FlagKind::kValue,
+     "the tokenizer of the data, for --prompt and the sample's text: tokenizer.json, a folder "
+     "holding one, or 'bytes' (default: the model directory's tokenizer.json; bytes for the "
+     "built-in corpus; else the sample is printed as ids)",
+     "PATH"},
     {"--local_rank", FlagKind::kValue, "set by launchers; ZeroTrain reads LOCAL_RANK", "N"},
     {"--dump-params", FlagKind::kValue,
      "after training, write the fp32 parameters (raw, unit order)", "FILE"},
@@ -264,12 +269,14 @@ int cmd_train(const Args& raw_args) {
   // Data: one token file, or a weighted blend of several (zt/data/blend.h).
   std::vector<BlendSpec> data_specs;
   std::string data_path;  // what the run record and the checkpoint keep: the --data values
+  bool default_corpus = false;
   if (*data_values) {
     auto specs = blend_spec_parse(**data_values, "--data");
     if (!specs) return fail(specs.status());
     data_specs = std::move(specs).value();
     data_path = fmt::format("{}", fmt::join(**data_values, " "));
   } else {
+    default_corpus = true;  // prepared with the byte tokenizer
     auto dd = default_data();
     if (!dd) return fail(dd.status());
     data_path = *dd;
@@ -526,9 +533,22 @@ int cmd_train(const Args& raw_args) {
                 std::log(static_cast<double>(mc.vocab_size)));
 
   if (*sample_tokens > 0) {
+    // The tokenizer of the data: named, the model directory's, or bytes for the built-in corpus.
+    std::shared_ptr<const Tokenizer> tok;
+    if (a.has("--tokenizer") || !choice->source_dir.empty() || default_corpus) {
+      auto t = model_tokenizer(a, *choice, mc.vocab_size);
+      if (!t) return fail(t.status());
+      tok = *t;
+    }
     std::vector<int32_t> prompt;
-    if (auto p = a.get("--prompt"); p && mc.vocab_size >= ByteTokenizer::kVocabSize) {
-      prompt = ByteTokenizer::encode_bytes(*p);
+    if (auto p = a.get("--prompt")) {
+      if (!tok) {
+        return fail(invalid_argument("--prompt needs the data's tokenizer: give --tokenizer FILE "
+                                     "(or --tokenizer bytes)"));
+      }
+      auto ids = tok->encode(*p, true);
+      if (!ids) return fail(ids.status().with_context("--prompt"));
+      prompt = std::move(*ids);
     }
     if (prompt.empty()) {
       std::vector<uint32_t> first(std::min<int64_t>(16, shared_file->num_tokens()));
@@ -548,8 +568,8 @@ int cmd_train(const Args& raw_args) {
     if (rank != 0) return 0;
     std::vector<int32_t> all = prompt;
     all.insert(all.end(), out.begin(), out.end());
-    if (mc.vocab_size <= ByteTokenizer::kVocabSize) {
-      std::printf("--- sample ---\n%s\n--------------\n", ByteTokenizer::decode_bytes(all).c_str());
+    if (tok) {
+      std::printf("--- sample ---\n%s\n--------------\n", tok->decode(all, true).c_str());
     } else {
       std::printf("--- sample (token ids) ---\n");
       for (int32_t t : all) std::printf("%d ", t);
