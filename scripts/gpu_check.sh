@@ -7,6 +7,10 @@
 # Sections `llama` (Llama-shaped 1B training next to transformers' Llama, eager and compiled),
 # `generate` (greedy decoding next to transformers' generate with its static cache) and `export`
 # (a model trained here, exported, loaded by transformers: same logits) cover the model families.
+# Section `tokenize` (CPU only; not in the default list) times tokenizer.json encoding next to
+# Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
+# GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
+# and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
 # ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
@@ -33,6 +37,7 @@ train_rc=-1
 : >"$out/ckpt.jsonl"
 : >"$out/llama.jsonl"
 : >"$out/generate.jsonl"
+: >"$out/tokenize.jsonl"
 export_rc=-1
 
 if on tests; then
@@ -159,6 +164,36 @@ PY
 done
 fi
 
+if on tokenize; then
+tk=${ZT_TOK_DIR:-/tmp/zt_tok_bench}
+nt=$(nproc)
+mkdir -p "$tk"
+echo "== tokenize: tokenizer.json encoding, 1 and $nt threads: ZeroTrain, tokenizers, tiktoken (CPU)"
+# The text: /usr/share/common-licenses and the Python standard library's sources, repeated to
+# ZT_TOK_MB MB (the recipe of tests/fixtures/tokenizers/make_fixtures.py).
+[ -s "$tk/text.txt" ] ||
+  python3 tests/fixtures/tokenizers/make_fixtures.py --corpus "$tk/text.txt" --mb "${ZT_TOK_MB:-50}" ||
+  echo "tokenize: could not write the text"
+# A GPT-2-sized byte-level BPE (GPT-2's pipeline, 50257 tokens) trained on that text.
+if [ ! -s "$tk/gpt2_50k/tokenizer.json" ]; then
+  python3 bench/tokenizer_train_gpt2.py "$tk/text.txt" "$tk/gpt2_50k" >"$out/tokenize_train.log" 2>&1 || tail -5 "$out/tokenize_train.log"
+fi
+# Every peer variant on the 50k tokenizer, only the fastest ones on the 3k fixture: the
+# section takes about 7 minutes on the 16-core H100 machine (one-core `tokenizers` runs near
+# 2 MB/s there, and each variant makes a cold and a warm pass over the whole text).
+for t in "$tk/gpt2_50k" tests/fixtures/tokenizers/gpt2; do
+  [ -s "$t/tokenizer.json" ] || continue
+  name=$(basename "$t")
+  variants=""
+  [ "$name" = gpt2_50k ] || variants=${ZT_TOK_FIXTURE_VARIANTS:-tokenizers-encode,tokenizers-batch-fast@N,tiktoken}
+  "$bin"/zt_bench_tokenizer --tokenizer "$t" --text "$tk/text.txt" --threads "$nt" \
+    >>"$out/tokenize.jsonl" 2>"$out/tokenize_zt_$name.log" || tail -5 "$out/tokenize_zt_$name.log"
+  python3 bench/tokenize_peer.py --tokenizer "$t" --text "$tk/text.txt" --threads "$nt" \
+    ${variants:+--variants "$variants"} \
+    >>"$out/tokenize.jsonl" 2>"$out/tokenize_peer_$name.log" || tail -5 "$out/tokenize_peer_$name.log"
+done
+fi
+
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" "$export_rc" <<'PY'
 import json, sys
@@ -214,6 +249,34 @@ if gen:
               f"{r['decode_step_ms']:>9.2f}{r['weight_GBps']:>14.0f}{ratio:>11.2f}x")
     print("(weights GB/s: the weights' bytes over one decode step; HBM peaks at 3350 on the H100 "
           "SXM, 4800 on the H200)")
+tok = [json.loads(l) for l in open(f"{out}/tokenize.jsonl") if l.strip()]
+for name in dict.fromkeys(r["tokenizer"].rstrip("/") for r in tok):
+    rs = [r for r in tok if r["tokenizer"].rstrip("/") == name]
+    z = next((r for r in rs if r["impl"] == "zerotrain"), None)
+    p = next((r for r in rs if r["impl"] == "peers"), None)
+    best = (p or {}).get("tokenizers_best_MBps", {})
+    mb = rs[0]["text_bytes"] / 1e6
+    print(f"\ntokenize {name} ({mb:.0f} MB, {rs[0]['docs']} documents)")
+    print(f"{'engine':<24}{'threads':>8}{'cold MB/s':>11}{'MB/s':>10}{'tokens':>12}{'vs tokenizers':>15}")
+    for r in [x for q in rs for x in q.get("results", [])]:
+        if "MBps" not in r:
+            print(f"{r['engine']:<24}{r['threads']:>8}  {r.get('skipped') or r.get('error')}")
+            continue
+        b = best.get(str(r["threads"]))
+        ratio = r["MBps"] / b if b else float("nan")
+        print(f"{r['engine']:<24}{r['threads']:>8}{r['cold_MBps']:>11.2f}{r['MBps']:>10.2f}"
+              f"{r['tokens']:>12}{ratio:>14.2f}x")
+    if z and p:
+        same = z["ids_crc32"] == p.get("ids_crc32") and z["tokens"] == p.get("tokens_tokenizers")
+        print(f"ids: ZeroTrain {z['tokens']} tokens crc32 {z['ids_crc32']}, tokenizers "
+              f"{p.get('tokens_tokenizers')} tokens crc32 {p.get('ids_crc32')}: "
+              f"{'SAME' if same else 'DIFFERENT'}")
+    if p and p.get("tokens_tiktoken") is not None:
+        print(f"tiktoken (same ranks) gives {p['tokens_tiktoken']} tokens, "
+              f"{p.get('token_count_rel_diff', 0):.3%} from tokenizers")
+if tok:
+    print("(vs tokenizers: this row's warm MB/s over the fastest tokenizers variant at the same "
+          "thread count; cold: the first pass, before any cache is filled)")
 if ck:
     try:
         print("\ndisk:", open(f"{out}/dd.txt").read().strip())
