@@ -285,29 +285,45 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
         tokens.shape().str(), targets.shape().str());
   }
   const int64_t vocab = model_.vocab_size();
-  if (vocab > 0) {
-    for (const Tensor* t : {&tokens, &targets}) {
-      Tensor h = t->device().is_cpu() ? *t : t->to(Device::cpu());
-      const int32_t* p = h.data<int32_t>();
-      for (int64_t i = 0; i < h.numel(); ++i) {
-        if (p[i] < 0 || p[i] >= vocab) {
-          return invalid_argument(
-              "token id {} at position {} is outside the model's vocabulary "
-              "of {}; use a model with a larger vocabulary (--vocab-size) or "
-              "a token file made for this one",
-              p[i], i, vocab);
-        }
+  // Counted targets: every one in [0, vocab); -100 (transformers' ignore index: a prompt or
+  // padding position) is not counted. The loss is the mean over the counted targets of this
+  // micro-batch, as a transformers model's loss is.
+  int64_t counted = 0;
+  {
+    Tensor h = tokens.device().is_cpu() ? tokens : tokens.to(Device::cpu());
+    const int32_t* p = h.data<int32_t>();
+    for (int64_t i = 0; i < h.numel(); ++i) {
+      if (p[i] < 0 || (vocab > 0 && p[i] >= vocab)) {
+        return invalid_argument(
+            "token id {} at position {} is outside the model's vocabulary "
+            "of {}; use a model with a larger vocabulary (--vocab-size) or "
+            "a token file made for this one",
+            p[i], i, vocab);
       }
+    }
+    Tensor ht = targets.device().is_cpu() ? targets : targets.to(Device::cpu());
+    const int32_t* q = ht.data<int32_t>();
+    for (int64_t i = 0; i < ht.numel(); ++i) {
+      if (q[i] == kIgnoreTarget) continue;
+      if (q[i] < 0 || (vocab > 0 && q[i] >= vocab)) {
+        return invalid_argument(
+            "target id {} at position {} is outside the model's vocabulary of {} (-100 marks a "
+            "position that is not counted)",
+            q[i], i, vocab);
+      }
+      ++counted;
     }
   }
   const Device dev = options_.device;
   Tensor tok = tokens.device() == dev ? tokens : tokens.to(dev, ctx_.stream);
   targets_dev_ = targets.device() == dev ? targets : targets.to(dev, ctx_.stream);
-  const int64_t n = tokens.numel();
   ctx_.mode = nn::Mode::kTrain;
   ctx_.targets = &targets_dev_;
-  ctx_.dloss = static_cast<float>(scaler_.scale() /
-                                  (static_cast<double>(config_.gradient_accumulation_steps) * n));
+  ctx_.dloss = counted == 0 ? 0.0f
+                            : static_cast<float>(scaler_.scale() /
+                                                 (static_cast<double>(
+                                                      config_.gradient_accumulation_steps) *
+                                                  static_cast<double>(counted)));
   Tensor losses = model_.forward(ctx_, tok, zero_.get());
   ctx_.targets = nullptr;
   ZT_RETURN_IF_ERROR(zero_->finish_pass());
@@ -315,7 +331,7 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
   double sum = 0;
   for (double v : l) sum += v;
   have_forward_ = true;
-  return static_cast<float>(sum / static_cast<double>(n));
+  return counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
 }
 
 Status Engine::backward(float loss) {

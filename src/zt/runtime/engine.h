@@ -64,6 +64,8 @@ struct LoadedCheckpoint {
   int saved_stage = 0;
 };
 
+inline constexpr int32_t kIgnoreTarget = -100;
+
 class Engine {
  public:
   // Use initialize(), which validates first.
@@ -72,8 +74,11 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // One micro-batch: tokens and targets are (micro_batch, T) i32 on the host. Returns the mean
-  // per-token loss (unscaled).
+  // One micro-batch: tokens and targets are (micro_batch, T) i32 on the host; a target of
+  // kIgnoreTarget (-100) is not counted (prompt and padding positions in fine-tuning). Returns
+  // the mean loss over the counted targets (unscaled; 0 when none is counted), and the gradient
+  // is that mean's, as for a transformers model's loss: with -100 targets each micro-batch (and
+  // each rank) is averaged over its own counted targets, as DeepSpeed with transformers does.
   Result<float> forward(const Tensor& tokens, const Tensor& targets);
   // Backward of the last forward (the loss value is only recorded). Reduces gradients as the
   // ZeRO stage says; a non-ok Status is a communication failure (a dead or missing peer).
