@@ -26,6 +26,7 @@
 #include "zt/data/blend.h"
 #include "zt/launcher/heartbeat.h"
 #include "model_args.h"
+#include "zt/tasks/sft.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
 #include "zt/checkpoint/model_open.h"
@@ -38,7 +39,8 @@ constexpr const char* kTrainUsage = R"(Usage: zt train --config ds_config.json [
 
 Trains a causal language model (GPT-2, Llama, Qwen2, OPT: a named size, or a Hugging Face model
 directory whose weights it fine-tunes) with the DeepSpeed config's batch sizes, optimizer,
-scheduler, precision and clipping. Without --data it trains on the default corpus (license texts every Debian
+scheduler, precision and clipping. --task sft fine-tunes on JSON Lines of prompt/response records
+(docs/finetuning.md). Without --data it trains on the default corpus (license texts every Debian
 machine carries, byte-level tokens), prepared once into ~/.cache/zerotrain.
 
 Options:
@@ -69,6 +71,18 @@ const std::vector<FlagSpec> kFlags = {
     {"--sample-tokens", FlagKind::kValue, "tokens to generate at the end (default 200, 0: none)",
      "N"},
     {"--prompt", FlagKind::kValue, "prompt for the sample (needs a tokenizer)", "TEXT"},
+    {"--task", FlagKind::kValue,
+     "pretrain (default: token files) or sft (supervised fine-tuning on JSON Lines of "
+     "prompt/response, prompt/chosen, text or input_ids+labels: the loss counts the response and "
+     "its eos)",
+     "TASK"},
+    {"--train-on-prompt", FlagKind::kSwitch, "sft: count every next-token prediction, prompt too"},
+    {"--pack", FlagKind::kSwitch, "sft: pack whole examples into rows instead of padding each"},
+    {"--skip-bad", FlagKind::kSwitch, "sft: skip (and count) bad JSON Lines records"},
+    {"--eval-data", FlagKind::kValue, "sft: held-out JSON Lines; its loss every --eval-interval steps",
+     "FILE"},
+    {"--eval-interval", FlagKind::kValue, "steps between evaluations (default 100)", "N"},
+    {"--eval-steps", FlagKind::kValue, "batches per evaluation (default: the whole file)", "M"},
     {"--tokenizer", FlagKind::kValue,
      "the tokenizer of the data, for --prompt and the sample's text: tokenizer.json, a folder "
      "holding one, or 'bytes' (default: the model directory's tokenizer.json; bytes for the "
@@ -217,6 +231,10 @@ int cmd_train(const Args& raw_args) {
   if (!seed) return fail(seed.status());
   auto sample_tokens = int_flag("--sample-tokens", 200, 0);
   if (!sample_tokens) return fail(sample_tokens.status());
+  auto eval_interval = int_flag("--eval-interval", 100, 1);
+  if (!eval_interval) return fail(eval_interval.status());
+  auto eval_steps = int_flag("--eval-steps", 0, 1);
+  if (!eval_steps) return fail(eval_steps.status());
 
   // Model.
   const std::string model_name = a.get("--model").value_or("gpt2-tiny");
@@ -282,6 +300,59 @@ int cmd_train(const Args& raw_args) {
     data_path = *dd;
     data_specs.push_back({.weight = 1, .path = data_path});
   }
+  const std::string task = a.get("--task").value_or("pretrain");
+  if (task != "pretrain" && task != "sft") {
+    return fail(invalid_argument("--task must be pretrain or sft, not '{}' (reward and mlm are "
+                                 "not available yet)",
+                                 task));
+  }
+  for (const char* f : {"--train-on-prompt", "--pack", "--skip-bad", "--eval-data"}) {
+    if (task != "sft" && a.has(f)) {
+      return fail(invalid_argument("{} belongs to --task sft", f));
+    }
+  }
+  std::optional<tasks::SftData> sft, sft_eval_data;
+  std::shared_ptr<const Tokenizer> data_tokenizer;
+  if (task == "sft") {
+    if (!*data_values || data_specs.size() != 1) {
+      return fail(invalid_argument("--task sft needs --data FILE.jsonl (one JSON Lines file)"));
+    }
+    auto t = model_tokenizer(a, *choice, mc.vocab_size);
+    if (t) {
+      data_tokenizer = *t;
+    } else if (a.has("--tokenizer")) {
+      return fail(t.status());  // else: pre-tokenized records need none
+    }
+    tasks::SftOptions so{.seq_len = *seq,
+                         .micro_batch = cfg->train_micro_batch_size_per_gpu,
+                         .train_on_prompt = a.has("--train-on-prompt"),
+                         .pack = a.has("--pack"),
+                         .skip_bad = a.has("--skip-bad"),
+                         .seed = static_cast<uint64_t>(*seed),
+                         .shuffle = a.get("--order").value_or("random") == "random",
+                         .rank = rank,
+                         .world_size = world,
+                         .vocab_size = mc.vocab_size,
+                         .eos_id = model_eos_id(choice->source_dir)};
+    auto d = tasks::SftData::open(data_specs[0].path, data_tokenizer, so);
+    if (!d) return fail(d.status());
+    sft.emplace(std::move(d).value());
+    if (rank == 0) {
+      ZT_LOG_INFO("sft: {} examples from {} ({}), {} truncated to {} tokens, {} skipped, {} "
+                  "batches per epoch per rank; {}",
+                  sft->dataset().size(), data_specs[0].path,
+                  jsonl_format_name(sft->dataset().format()), sft->dataset().truncated(), *seq,
+                  sft->dataset().skipped(), sft->batches_per_epoch(),
+                  data_tokenizer ? data_tokenizer->describe() : std::string("pre-tokenized"));
+    }
+    if (auto e = a.get("--eval-data")) {
+      so.shuffle = false;
+      auto ed = tasks::SftData::open(*e, data_tokenizer, so);
+      if (!ed) return fail(ed.status().with_context("--eval-data"));
+      sft_eval_data.emplace(std::move(ed).value());
+    }
+    data_specs.clear();
+  }
   std::vector<BlendSource> sources;
   std::vector<std::string> data_files;
   for (const BlendSpec& spec : data_specs) {
@@ -290,8 +361,8 @@ int cmd_train(const Args& raw_args) {
     sources.push_back({std::make_shared<const TokenFile>(std::move(file).value()), spec.weight});
     data_files.push_back(spec.path);
   }
-  const std::shared_ptr<const TokenFile> shared_file = sources.front().file;
-  data_fault_handler_install(data_files);
+  const std::shared_ptr<const TokenFile> shared_file = sft ? nullptr : sources.front().file;
+  if (!sft) data_fault_handler_install(data_files);
   SampleOrder order = SampleOrder::kRandom;
   if (auto o = a.get("--order")) {
     if (*o == "sequential") {
@@ -310,7 +381,9 @@ int cmd_train(const Args& raw_args) {
   // One file trains exactly as before (BatchSampler); several go through BlendSampler.
   std::optional<BatchSampler> single_sampler;
   std::optional<BlendSampler> blend_sampler;
-  if (sources.size() == 1) {
+  if (sft) {
+    // batches come from the JSON Lines dataset
+  } else if (sources.size() == 1) {
     auto s = BatchSampler::create(shared_file, sampler_options);
     if (!s) return fail(s.status());
     single_sampler.emplace(std::move(s).value());
@@ -326,11 +399,15 @@ int cmd_train(const Args& raw_args) {
       }
     }
   }
+  int64_t sft_position = 0;
   const auto next_batch = [&]() -> Result<Batch> {
+    if (sft) return sft->batch_at(sft_position++);
     return single_sampler ? single_sampler->next() : blend_sampler->next();
   };
   const auto seek_batch = [&](int64_t g) {
-    if (single_sampler) {
+    if (sft) {
+      sft_position = g;
+    } else if (single_sampler) {
       single_sampler->seek(g);
     } else {
       blend_sampler->seek(g);
@@ -371,7 +448,8 @@ int cmd_train(const Args& raw_args) {
                                      {"seed", *seed},
                                      {"order", order == SampleOrder::kRandom ? "random" : "sequential"},
                                      {"seq_len", *seq},
-                                     {"model", model_name}};
+                                     {"model", model_name},
+                                     {"task", task}};
   if (auto load_dir = a.get("--load")) {
     CheckpointLoadOptions lo{.tag = a.get("--load-tag").value_or(""),
                              .load_optimizer_states = !a.has("--no-load-optimizer-states"),
@@ -479,6 +557,27 @@ int cmd_train(const Args& raw_args) {
       bar.finish();
       return fail(s);
     }
+    if (sft_eval_data && (st.step % *eval_interval == 0 || st.step == *steps)) {
+      auto ev = tasks::sft_eval(model, engine.eval_context(), *sft_eval_data, *eval_steps,
+                                engine.hooks());
+      if (!ev) {
+        bar.finish();
+        return fail(ev.status());
+      }
+      const double eval_loss = ev->mean();
+      if (rank == 0) {
+        ZT_LOG_INFO("step {}: eval loss {:.4f}, perplexity {:.2f} over {} tokens of {}", st.step,
+                    eval_loss, std::exp(eval_loss), ev->count, *a.get("--eval-data"));
+      }
+      nlohmann::json er = {{"step", st.step},
+                           {"eval_loss", eval_loss},
+                           {"eval_perplexity", std::exp(eval_loss)},
+                           {"eval_tokens", ev->count}};
+      if (Status s = metrics.write(er); !s.is_ok()) {
+        bar.finish();
+        return fail(s);
+      }
+    }
     if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
       if (Status s = save(); !s.is_ok()) {
         bar.finish();
@@ -534,8 +633,8 @@ int cmd_train(const Args& raw_args) {
 
   if (*sample_tokens > 0) {
     // The tokenizer of the data: named, the model directory's, or bytes for the built-in corpus.
-    std::shared_ptr<const Tokenizer> tok;
-    if (a.has("--tokenizer") || !choice->source_dir.empty() || default_corpus) {
+    std::shared_ptr<const Tokenizer> tok = data_tokenizer;
+    if (!tok && (a.has("--tokenizer") || !choice->source_dir.empty() || default_corpus)) {
       auto t = model_tokenizer(a, *choice, mc.vocab_size);
       if (!t) return fail(t.status());
       tok = *t;
@@ -549,6 +648,16 @@ int cmd_train(const Args& raw_args) {
       auto ids = tok->encode(*p, true);
       if (!ids) return fail(ids.status().with_context("--prompt"));
       prompt = std::move(*ids);
+    }
+    if (prompt.empty() && sft) {
+      // The first example's prompt: its tokens up to the first counted label.
+      auto ex = sft->dataset().example(0);
+      if (!ex) return fail(ex.status());
+      const TokenExample& e = ex->sequences[0];
+      for (size_t t = 0; t < e.input_ids.size() && (e.labels.empty() || e.labels[t] == -100); ++t) {
+        prompt.push_back(e.input_ids[t]);
+      }
+      if (prompt.empty()) prompt.push_back(e.input_ids[0]);
     }
     if (prompt.empty()) {
       std::vector<uint32_t> first(std::min<int64_t>(16, shared_file->num_tokens()));

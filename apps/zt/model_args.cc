@@ -1,6 +1,9 @@
 #include "model_args.h"
 
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "zt/core/log.h"
 
@@ -42,6 +45,18 @@ Result<InferenceModel> inference_model_open(const ParsedArgs& a, const std::stri
   ZT_ASSIGN_OR_RETURN(InferenceWeights w, InferenceWeights::bind(m.model(), device, dtype));
   m.weights = std::make_unique<InferenceWeights>(std::move(w));
   return m;
+}
+
+std::optional<int32_t> model_eos_id(const std::string& source_dir) {
+  if (source_dir.empty()) return std::nullopt;
+  std::ifstream in(std::filesystem::path(source_dir) / "config.json");
+  if (!in) return std::nullopt;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("eos_token_id")) return std::nullopt;
+  const nlohmann::json& e = j["eos_token_id"];
+  if (e.is_number_integer()) return e.get<int32_t>();
+  if (e.is_array() && !e.empty() && e[0].is_number_integer()) return e[0].get<int32_t>();
+  return std::nullopt;
 }
 
 FlagSpec tokenizer_flag() {

@@ -35,5 +35,7 @@ Result<std::shared_ptr<const Tokenizer>> model_tokenizer(const ParsedArgs& a,
                                                          const ckpt::ModelChoice& choice,
                                                          int64_t model_vocab);
 FlagSpec tokenizer_flag();
+// eos_token_id of a model directory's config.json (the first of a list), or nullopt.
+std::optional<int32_t> model_eos_id(const std::string& source_dir);
 
 }  // namespace zt::cli

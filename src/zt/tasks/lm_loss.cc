@@ -42,7 +42,8 @@ std::vector<LmBatch> lm_batches(const std::vector<TokenExample>& examples, int64
   return out;
 }
 
-Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOutput output) {
+Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOutput output,
+                  nn::UnitHooks* hooks) {
   auto upload = [&](const std::vector<int32_t>& v) {
     Tensor host = Tensor::from_blob(const_cast<int32_t*>(v.data()), {batch.B, batch.T}, DType::i32,
                                     Device::cpu());
@@ -60,12 +61,13 @@ Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOut
     ctx.attention_mask = &mask;
   }
   ctx.token_types = &types;
-  return model.forward(ctx, ids);
+  return model.forward(ctx, ids, hooks);
 }
 
-void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into) {
+void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into,
+                        nn::UnitHooks* hooks) {
   const std::vector<double> losses =
-      lm_forward(model, std::move(ctx), batch, LmOutput::kLosses).to_doubles();
+      lm_forward(model, std::move(ctx), batch, LmOutput::kLosses, hooks).to_doubles();
   for (size_t i = 0; i < losses.size(); ++i) {
     if (batch.targets[i] >= 0) {
       into.sum += losses[i];

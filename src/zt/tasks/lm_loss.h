@@ -34,9 +34,12 @@ struct LossSum {
 // and the token types: per-position losses (B*T, accum dtype; 0 where not counted) or the logits
 // (B, T, padded vocabulary).
 enum class LmOutput : unsigned char { kLosses, kLogits };
-Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOutput output);
+// `hooks`: the engine's (ZeRO-3 gathers parameters through them), or null.
+Tensor lm_forward(nn::Model& model, nn::Context ctx, const LmBatch& batch, LmOutput output,
+                  nn::UnitHooks* hooks = nullptr);
 
 // lm_forward's losses of one batch, added to `into` where counted.
-void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into);
+void lm_loss_accumulate(nn::Model& model, nn::Context ctx, const LmBatch& batch, LossSum& into,
+                        nn::UnitHooks* hooks = nullptr);
 
 }  // namespace zt::tasks
