@@ -11,6 +11,7 @@
 #include "model_args.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
+#include "zt/data/jsonl_dataset.h"
 #include "zt/data/jsonl_examples.h"
 #include "zt/data/token_file.h"
 #include "zt/tasks/lm_loss.h"
@@ -32,8 +33,11 @@ std::vector<FlagSpec> flags() {
   std::vector<FlagSpec> f = model_flags();
   f.insert(f.end(), {
                         {"--data", FlagKind::kValue, "token file or JSON Lines", "FILE"},
-                        {"--task", FlagKind::kValue, "causal or mlm (default: the model's)",
+                        {"--task", FlagKind::kValue,
+                         "causal or mlm (default: the model's), or sft (prompt/response JSON "
+                         "Lines through the tokenizer: the response's loss)",
                          "TASK"},
+                        tokenizer_flag(),
                         {"--micro-batch", FlagKind::kValue, "rows per forward (default 8)", "B"},
                         {"--seq-len", FlagKind::kValue,
                          "token files: tokens per window (default: the model's context up to "
@@ -119,9 +123,10 @@ int cmd_eval(const Args& args) {
   if (!m) return fail(m.status());
   const nn::TransformerConfig& c = m->config();
   nn::Task task = c.task;
-  if (auto t = a.get("--task")) {
+  const bool sft = a.get("--task") == std::optional<std::string>("sft");
+  if (auto t = a.get("--task"); t && !sft) {
     if (*t != "causal" && *t != "mlm") {
-      return fail(invalid_argument("--task must be causal or mlm, got '{}'", *t));
+      return fail(invalid_argument("--task must be causal, mlm or sft, got '{}'", *t));
     }
     task = *t == "causal" ? nn::Task::kCausalLM : nn::Task::kMaskedLM;
     if (task != c.task) {
@@ -130,7 +135,37 @@ int cmd_eval(const Args& args) {
     }
   }
   Result<std::vector<TokenExample>> examples = invalid_argument("");
-  if (jsonl_looks_like(*data)) {
+  if (sft) {
+    // Prompt/response records as zt train --task sft makes them: the loss over the response
+    // and eos tokens (tasks/sft.h), every example counted.
+    if (c.task != nn::Task::kCausalLM) {
+      return fail(invalid_argument("--task sft: the model {} is a masked-LM model", *a.get("--model")));
+    }
+    auto tok = model_tokenizer(a, m->choice, c.vocab_size);
+    std::shared_ptr<const Tokenizer> tokenizer;
+    if (tok) {
+      tokenizer = *tok;
+    } else if (a.has("--tokenizer")) {
+      return fail(tok.status());
+    }
+    auto seq = parse_int("--seq-len", a.get("--seq-len").value_or(std::to_string(c.max_positions)), 2);
+    if (!seq) return fail(seq.status());
+    JsonlDatasetOptions o;
+    o.seq_len = *seq;
+    o.order = SampleOrder::kSequential;
+    o.vocab_size = c.vocab_size;
+    o.eos_id = model_eos_id(m->choice.source_dir);
+    auto ds = JsonlDataset::open(*data, tokenizer, o);
+    if (!ds) return fail(ds.status());
+    std::vector<TokenExample> ex;
+    for (int64_t i = 0; i < ds->size(); ++i) {
+      auto e = ds->example(i);
+      if (!e) return fail(e.status());
+      for (TokenExample& t : e->sequences) ex.push_back(std::move(t));
+    }
+    examples = std::move(ex);
+    task = nn::Task::kCausalLM;
+  } else if (jsonl_looks_like(*data)) {
     examples = jsonl_examples_read(*data, c.vocab_size);
   } else {
     auto seq = parse_int("--seq-len",
@@ -184,7 +219,7 @@ int cmd_eval(const Args& args) {
   if (auto out = a.get("--metrics-out")) {
     const nlohmann::json j = {{"model", *a.get("--model")},
                               {"data", *data},
-                              {"task", task == nn::Task::kCausalLM ? "causal" : "mlm"},
+                              {"task", sft ? "sft" : task == nn::Task::kCausalLM ? "causal" : "mlm"},
                               {"loss", loss},
                               {"perplexity", ppl},
                               {"tokens", total.count},

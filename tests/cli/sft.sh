@@ -33,7 +33,7 @@ cat >"$tmp/ds.json" <<'EOF2'
 EOF2
 "$zt" train --task sft --model llama-tiny --config "$tmp/ds.json" --data "$tmp/train.jsonl" \
   --eval-data "$tmp/eval.jsonl" --eval-interval 10 --steps 160 --seq-len 24 --device cpu \
-  --sample-tokens 0 --metrics-out "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+  --sample-tokens 0 --metrics-out "$tmp/m.jsonl" --save-16bit-model "$tmp/hf" >"$tmp/out" 2>"$tmp/err" ||
   bad "sft run: $(tail -3 "$tmp/err")"
 python3 - "$tmp/m.jsonl" <<'PY' && ok "held-out response loss falls from its first evaluation to below 1.0 (ln 8 = 2.08)" || bad "held-out loss: $(grep eval_loss "$tmp/m.jsonl" | head -2; grep eval_loss "$tmp/m.jsonl" | tail -1)"
 import json, sys
@@ -42,6 +42,16 @@ assert len(ev) == 16, len(ev)
 first, last = ev[0]["eval_loss"], ev[-1]["eval_loss"]
 print(f"eval loss {first:.3f} at step {ev[0]['step']} -> {last:.3f} at step {ev[-1]['step']}")
 assert last < 1.0 and last < 0.6 * first
+PY
+# zt eval --task sft on the exported model gives the run's last held-out loss.
+"$zt" eval --task sft --model "$tmp/hf" --tokenizer bytes --data "$tmp/eval.jsonl" --device cpu \
+  --metrics-out "$tmp/eval.json" >/dev/null 2>"$tmp/eval_err" || bad "zt eval --task sft: $(tail -2 "$tmp/eval_err")"
+python3 - "$tmp/m.jsonl" "$tmp/eval.json" <<'PY' && ok "zt eval --task sft equals the run's last held-out loss" || bad "eval differs"
+import json, sys
+last = [json.loads(l) for l in open(sys.argv[1]) if "eval_loss" in l][-1]
+ev = json.load(open(sys.argv[2]))
+print(f"training's eval {last['eval_loss']:.5f} over {last['eval_tokens']}, zt eval {ev['loss']:.5f} over {ev.get('tokens')}")
+assert abs(ev["loss"] - last["eval_loss"]) < 2e-3 * max(1.0, last["eval_loss"])
 PY
 grep -q "sft: 2000 examples" "$tmp/err" && ok "the data summary is logged" || bad "no data summary: $(head -3 "$tmp/err")"
 
