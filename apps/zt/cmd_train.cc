@@ -26,6 +26,7 @@
 #include "zt/data/blend.h"
 #include "zt/launcher/heartbeat.h"
 #include "model_args.h"
+#include "zt/tasks/mlm.h"
 #include "zt/tasks/sft.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
@@ -72,11 +73,15 @@ const std::vector<FlagSpec> kFlags = {
      "N"},
     {"--prompt", FlagKind::kValue, "prompt for the sample (needs a tokenizer)", "TEXT"},
     {"--task", FlagKind::kValue,
-     "pretrain (default: token files) or sft (supervised fine-tuning on JSON Lines of "
+     "pretrain (default: token files), sft (supervised fine-tuning on JSON Lines of "
      "prompt/response, prompt/chosen, text or input_ids+labels: the loss counts the response and "
-     "its eos)",
+     "its eos) or mlm (BERT masked-LM pre-training on token files)",
      "TASK"},
     {"--train-on-prompt", FlagKind::kSwitch, "sft: count every next-token prediction, prompt too"},
+    {"--mlm-probability", FlagKind::kValue, "mlm: share of positions selected (default 0.15)", "P"},
+    {"--mask-share", FlagKind::kValue, "mlm: selected positions that become the mask (default 0.8)", "P"},
+    {"--random-share", FlagKind::kValue, "mlm: selected positions that become a random token (default 0.1)", "P"},
+    {"--mask-id", FlagKind::kValue, "mlm: the mask token id (default: the tokenizer's [MASK] or <mask>)", "ID"},
     {"--pack", FlagKind::kSwitch, "sft: pack whole examples into rows instead of padding each"},
     {"--skip-bad", FlagKind::kSwitch, "sft: skip (and count) bad JSON Lines records"},
     {"--eval-data", FlagKind::kValue, "sft: held-out JSON Lines; its loss every --eval-interval steps",
@@ -248,11 +253,20 @@ int cmd_train(const Args& raw_args) {
   if (!choice) return fail(choice.status());
   nn::Transformer& model = *choice->model;
   const nn::TransformerConfig& mc = model.transformer_config();
-  if (mc.task != nn::Task::kCausalLM) {
+  const std::string task = a.get("--task").value_or("pretrain");
+  if (task != "pretrain" && task != "sft" && task != "mlm") {
+    return fail(invalid_argument("--task must be pretrain, sft or mlm, not '{}' (reward is not "
+                                 "available yet)",
+                                 task));
+  }
+  if (task == "mlm" && mc.task != nn::Task::kMaskedLM) {
+    return fail(invalid_argument("--task mlm: --model {} is not a masked-LM (BERT) model",
+                                 model_name));
+  }
+  if (task != "mlm" && mc.task != nn::Task::kCausalLM) {
     return fail(invalid_argument(
-        "--model {}: a {} masked-LM model; zt train trains causal language models from token "
-        "files (train it from your own program with masked targets, or evaluate it with zt eval "
-        "--task mlm)",
+        "--model {}: a {} masked-LM model; train it with --task mlm (token files), or evaluate "
+        "it with zt eval --task mlm",
         model_name, mc.model_type));
   }
   const bool tiny = model_name == "gpt2-tiny" || model_name == "llama-tiny";
@@ -300,12 +314,6 @@ int cmd_train(const Args& raw_args) {
     data_path = *dd;
     data_specs.push_back({.weight = 1, .path = data_path});
   }
-  const std::string task = a.get("--task").value_or("pretrain");
-  if (task != "pretrain" && task != "sft") {
-    return fail(invalid_argument("--task must be pretrain or sft, not '{}' (reward and mlm are "
-                                 "not available yet)",
-                                 task));
-  }
   for (const char* f : {"--train-on-prompt", "--pack", "--skip-bad", "--eval-data"}) {
     if (task != "sft" && a.has(f)) {
       return fail(invalid_argument("{} belongs to --task sft", f));
@@ -352,6 +360,44 @@ int cmd_train(const Args& raw_args) {
       sft_eval_data.emplace(std::move(ed).value());
     }
     data_specs.clear();
+  }
+  std::optional<tasks::MlmOptions> mlm;
+  for (const char* f : {"--mlm-probability", "--mask-share", "--random-share", "--mask-id"}) {
+    if (task != "mlm" && a.has(f)) return fail(invalid_argument("{} belongs to --task mlm", f));
+  }
+  if (task == "mlm") {
+    tasks::MlmOptions mo;
+    mo.vocab_size = mc.vocab_size;
+    mo.seed = static_cast<uint64_t>(*seed);
+    for (auto [flag, dst] : {std::pair{"--mlm-probability", &mo.probability},
+                             std::pair{"--mask-share", &mo.mask_share},
+                             std::pair{"--random-share", &mo.random_share}}) {
+      if (auto v = a.get(flag)) {
+        char* end = nullptr;
+        *dst = std::strtod(v->c_str(), &end);
+        if (end == v->c_str() || *end != '\0') {
+          return fail(invalid_argument("{} must be a number, got '{}'", flag, *v));
+        }
+      }
+    }
+    auto t = model_tokenizer(a, *choice, mc.vocab_size);
+    if (t) {
+      for (int32_t id = 0; id < (*t)->vocab_size(); ++id) {
+        if ((*t)->is_special(id)) mo.never_mask.push_back(id);
+      }
+      for (const char* name : {"[MASK]", "<mask>"}) {
+        if (auto id = (*t)->token_to_id(name); id && mo.mask_id < 0) mo.mask_id = *id;
+      }
+    } else if (a.has("--tokenizer")) {
+      return fail(t.status());
+    }
+    if (auto v = a.get("--mask-id")) {
+      auto id = parse_int("--mask-id", *v, 0);
+      if (!id) return fail(id.status());
+      mo.mask_id = static_cast<int32_t>(*id);
+    }
+    if (Status st = tasks::mlm_options_check(mo); !st.is_ok()) return fail(st);
+    mlm = std::move(mo);
   }
   std::vector<BlendSource> sources;
   std::vector<std::string> data_files;
@@ -402,7 +448,9 @@ int cmd_train(const Args& raw_args) {
   int64_t sft_position = 0;
   const auto next_batch = [&]() -> Result<Batch> {
     if (sft) return sft->batch_at(sft_position++);
-    return single_sampler ? single_sampler->next() : blend_sampler->next();
+    Result<Batch> b = single_sampler ? single_sampler->next() : blend_sampler->next();
+    if (b && mlm) tasks::mlm_batch(*b, rank, world, *mlm);
+    return b;
   };
   const auto seek_batch = [&](int64_t g) {
     if (sft) {
@@ -631,7 +679,7 @@ int cmd_train(const Args& raw_args) {
                 static_cast<long long>(*steps), first_loss, last_loss,
                 std::log(static_cast<double>(mc.vocab_size)));
 
-  if (*sample_tokens > 0) {
+  if (*sample_tokens > 0 && !mlm) {
     // The tokenizer of the data: named, the model directory's, or bytes for the built-in corpus.
     std::shared_ptr<const Tokenizer> tok = data_tokenizer;
     if (!tok && (a.has("--tokenizer") || !choice->source_dir.empty() || default_corpus)) {

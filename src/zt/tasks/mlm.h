@@ -1,0 +1,41 @@
+// Masked-language-model pre-training (BERT, HelloDeepSpeed): windows of a token file become
+// masked inputs and labels as transformers' DataCollatorForLanguageModeling makes them: each
+// position is selected with probability `probability` (never a special token); a selected
+// position's label is its token, and its input becomes the mask token (share `mask_share`), a
+// uniformly random token (share `random_share`) or stays (the rest); every other label is -100.
+// The draws of a window come from its own generator, seeded by (seed, global window number), so
+// the masking is the same whatever the number of ranks and however a run is resumed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "zt/core/status.h"
+#include "zt/data/batch_sampler.h"
+
+namespace zt::tasks {
+
+struct MlmOptions {
+  double probability = 0.15;
+  double mask_share = 0.8;
+  double random_share = 0.1;
+  int32_t mask_id = -1;
+  int64_t vocab_size = 0;
+  std::vector<int32_t> never_mask;  // special token ids ([CLS], [SEP], [PAD], ...)
+  uint64_t seed = 0;
+};
+
+// Errors: shares out of [0, 1] or summing above 1, a mask id outside the vocabulary.
+Status mlm_options_check(const MlmOptions& o);
+
+// Masks one window in place: `tokens` become the model's inputs, `labels` (same length) are
+// written.
+void mlm_mask_window(std::span<int32_t> tokens, std::span<int32_t> labels, uint64_t window,
+                     const MlmOptions& o);
+
+// A BatchSampler batch (rank `rank` of `world`, B rows, global batch batch.index) as an MLM
+// batch: tokens masked, targets = labels (not shifted: a masked LM predicts position t at t).
+void mlm_batch(Batch& batch, int rank, int world, const MlmOptions& o);
+
+}  // namespace zt::tasks

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# `zt train --task mlm`: the BERT fixture (tests/fixtures/hf/bert_mlm) pre-trains on a token file
+# of a learnable chain with 15% of positions masked, and its masked-token loss falls; the
+# errors are one line each.
+# Usage: mlm.sh ZT_BINARY SOURCE_DIR
+set -u
+zt=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMP_NUM_THREADS=2
+fails=0
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails+1)); }
+
+python3 - "$tmp/train.bin" <<'PY'
+import array, random, struct, sys
+rng, t, toks = random.Random(5), 10, []
+for _ in range(200000):
+    t = 10 + (t * 7 + rng.choice([0, 0, 0, 1])) % 240  # ids 10..249; 0..9 stay for specials
+    toks.append(t)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(array.array("H", toks).tobytes())
+PY
+cat >"$tmp/ds.json" <<'EOF2'
+{"train_micro_batch_size_per_gpu": 16,
+ "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.0}}}
+EOF2
+bert=$src/tests/fixtures/hf/bert_mlm
+"$zt" train --task mlm --model "$bert" --mask-id 4 --config "$tmp/ds.json" --data "$tmp/train.bin" \
+  --steps 60 --seq-len 32 --device cpu --metrics-out "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+  bad "mlm run: $(tail -3 "$tmp/err")"
+python3 - "$tmp/m.jsonl" <<'PY' && ok "the masked-token loss falls" || bad "loss: $(tail -1 "$tmp/m.jsonl")"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+first = sum(x["loss"] for x in r[:5]) / 5
+last = sum(x["loss"] for x in r[-5:]) / 5
+print(f"mean loss of the first 5 steps {first:.3f}, of the last 5 {last:.3f}")
+assert len(r) == 60 and last < 0.7 * first
+PY
+
+expect_error() {  # name, text the message must contain, args...
+  local name=$1 want=$2; shift 2
+  local out rc
+  out=$("$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 0 ] && [[ "$out" == *"$want"* ]]; then ok "$name"; else bad "$name: exit $rc: $out"; fi
+}
+common=(--config "$tmp/ds.json" --data "$tmp/train.bin" --steps 1 --seq-len 32 --device cpu)
+expect_error "mlm needs a masked-LM model" "not a masked-LM" "$zt" train --task mlm --model llama-tiny "${common[@]}"
+expect_error "no mask token" "--mask-id" "$zt" train --task mlm --model "$bert" "${common[@]}"
+expect_error "a mask id past the vocabulary" "outside the model's vocabulary" "$zt" train --task mlm --model "$bert" --mask-id 999 "${common[@]}"
+expect_error "shares above 1" "more than 1" "$zt" train --task mlm --model "$bert" --mask-id 4 --mask-share 0.95 "${common[@]}"
+expect_error "mlm flags need --task mlm" "belongs to --task mlm" "$zt" train --model llama-tiny --mask-id 4 "${common[@]}"
+expect_error "BERT without --task mlm" "--task mlm" "$zt" train --model "$bert" "${common[@]}"
+
+[ $fails -eq 0 ] && echo "all ok" || { echo "$fails failure(s)"; exit 1; }
