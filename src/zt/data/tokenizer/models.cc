@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <queue>
 
 #include <nlohmann/json.hpp>
@@ -87,8 +88,16 @@ struct WordCache {
   uint64_t owner = 0;
   std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
 };
-constexpr size_t kCacheEntries = 262144;
 constexpr size_t kCacheMaxWordBytes = 256;
+// Words cached per thread and model; ZT_TOKENIZER_CACHE overrides it (0: no cache), for
+// measuring the trade between hits and the cache's share of the last-level CPU cache.
+size_t cache_entries() {
+  static const size_t n = [] {
+    const char* v = std::getenv("ZT_TOKENIZER_CACHE");
+    return v != nullptr ? static_cast<size_t>(std::strtoull(v, nullptr, 10)) : size_t{262144};
+  }();
+  return n;
+}
 
 WordCache& thread_cache(uint64_t owner) {
   thread_local std::array<WordCache, 4> caches;
@@ -258,7 +267,7 @@ class Bpe final : public Model {
         return;
       }
     }
-    const bool cacheable = piece.size() < kCacheMaxWordBytes;
+    const bool cacheable = piece.size() < kCacheMaxWordBytes && cache_entries() > 0;
     WordCache* cache = nullptr;
     if (cacheable) {
       cache = &thread_cache(instance_id() * 2 + (raw_bytes ? 1 : 0));
@@ -270,7 +279,7 @@ class Bpe final : public Model {
     const size_t before = out.size();
     merge_word(piece, raw_bytes, out);
     if (cacheable) {
-      if (cache->map.size() >= kCacheEntries) cache->map.clear();
+      if (cache->map.size() >= cache_entries()) cache->map.clear();
       cache->map.emplace(std::string(piece),
                          std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(before),
                                               out.end()));
