@@ -196,8 +196,25 @@ int cmd_eval(const Args& args) {
   tasks::LossSum total;
   const auto batches = tasks::lm_batches(*examples, *micro, task);
   auto last_report = t0;
+  // Masked LM: the share of counted positions whose most likely token is the label.
+  int64_t correct = 0;
+  const bool accuracy = task == nn::Task::kMaskedLM;
   for (size_t i = 0; i < batches.size(); ++i) {
     tasks::lm_loss_accumulate(m->model(), m->weights->context(), batches[i], total);
+    if (accuracy) {
+      const tasks::LmBatch& b = batches[i];
+      const std::vector<float> logits =
+          tasks::lm_forward(m->model(), m->weights->context(), b, tasks::LmOutput::kLogits)
+              .to_floats();
+      const int64_t Vp = static_cast<int64_t>(logits.size()) / (b.B * b.T);
+      for (int64_t p = 0; p < b.B * b.T; ++p) {
+        if (b.targets[p] < 0) continue;
+        const float* row = logits.data() + p * Vp;
+        int64_t best = 0;
+        for (int64_t v = 1; v < c.vocab_size; ++v) best = row[v] > row[best] ? v : best;
+        correct += best == b.targets[p];
+      }
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now - last_report > std::chrono::seconds(5) && i + 1 < batches.size()) {
       last_report = now;
@@ -208,8 +225,11 @@ int cmd_eval(const Args& args) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (total.count == 0) return fail(invalid_argument("{}: no position has a label to count", *data));
   const double loss = total.mean(), ppl = std::exp(loss);
-  std::printf("loss %.6f  perplexity %.4f  over %lld tokens in %zu example(s)\n", loss, ppl,
+  const double acc = static_cast<double>(correct) / static_cast<double>(total.count);
+  std::printf("loss %.6f  perplexity %.4f  over %lld tokens in %zu example(s)", loss, ppl,
               static_cast<long long>(total.count), examples->size());
+  if (accuracy) std::printf("  masked-token accuracy %.4f", acc);
+  std::printf("\n");
   std::fprintf(stderr, "evaluated in %.2f s\n", secs);
   if (auto path = a.get("--logits-out")) {
     if (Status s = logits_write(*path, m->model(), m->weights->context(), batches[0]); !s.is_ok()) {
@@ -217,13 +237,14 @@ int cmd_eval(const Args& args) {
     }
   }
   if (auto out = a.get("--metrics-out")) {
-    const nlohmann::json j = {{"model", *a.get("--model")},
+    nlohmann::json j = {{"model", *a.get("--model")},
                               {"data", *data},
                               {"task", sft ? "sft" : task == nn::Task::kCausalLM ? "causal" : "mlm"},
                               {"loss", loss},
                               {"perplexity", ppl},
                               {"tokens", total.count},
                               {"examples", examples->size()}};
+    if (accuracy) j["accuracy"] = acc;
     if (Status s = file_write_atomic(*out, j.dump(2) + "\n", "eval metrics"); !s.is_ok()) {
       return fail(s);
     }

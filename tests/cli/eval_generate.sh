@@ -46,6 +46,18 @@ elif what == "generated":  # row 0's new ids
     (B, P), _ = t["generate_prompt"]
     (B, L), ids = t["generated"]
     print(" ".join(map(str, ids[P:L])))
+elif what == "argmax_jsonl":  # masked LM: the labelled positions relabelled with the argmax
+    (B, T, V), logits = t["logits"]  # of transformers' logits, so the accuracy must be 1
+    (B, T), ids = t["input_ids"]
+    labels = list(t["labels"][1])
+    for p, y in enumerate(labels):
+        if y >= 0:
+            row = logits[p * V:(p + 1) * V]
+            labels[p] = max(range(V), key=lambda v: (row[v], -v))
+    for b in range(B):
+        print(json.dumps({"input_ids": ids[b * T:(b + 1) * T], "labels": labels[b * T:(b + 1) * T],
+                          "attention_mask": t["attention_mask"][1][b * T:(b + 1) * T],
+                          "token_type_ids": t["token_type_ids"][1][b * T:(b + 1) * T]}))
 elif what == "new":
     (B, P), _ = t["generate_prompt"]
     print(t["generated"][0][1] - P)
@@ -64,6 +76,20 @@ for name in gpt2 llama qwen2 opt bert_mlm; do
     echo "FAIL: zt eval $name: loss '$got', transformers $want"; echo "$out" | tail -3; fails=$((fails+1))
   fi
 done
+
+# Masked-token accuracy of the BERT fixture: with the labels set to the argmax of transformers'
+# logits, every labelled position must be predicted (and the fixture's own labels give 0).
+py argmax_jsonl "$fx/bert_mlm/expected.safetensors" >"$tmp/bert_argmax.jsonl"
+"$zt" eval --model "$fx/bert_mlm" --data "$tmp/bert_argmax.jsonl" --device cpu \
+  --metrics-out "$tmp/bert_argmax.json" >/dev/null 2>&1
+got=$(python3 -c "import json; print(json.load(open('$tmp/bert_argmax.json'))['accuracy'])" 2>/dev/null)
+low=$(python3 -c "import json; print(json.load(open('$tmp/bert_mlm.json'))['accuracy'])" 2>/dev/null)
+if [ "$got" = "1.0" ] && [ "$low" = "0.0" ]; then
+  echo "ok: zt eval bert_mlm: masked-token accuracy 1 on transformers' argmax labels, 0 on the fixture's"
+else
+  echo "FAIL: zt eval bert_mlm accuracy '$got' on transformers' argmax labels (want 1), '$low' on the fixture's"
+  fails=$((fails+1))
+fi
 
 for name in gpt2 llama qwen2 opt; do
   e=$fx/$name/expected.safetensors
