@@ -247,10 +247,14 @@ int run(int argc, char** argv) {
     for (int w = 0; w < threads; ++w) {
       pool.emplace_back([&, w] {
         const auto k = static_cast<size_t>(w);
+        // The thread's own vector, handed over after each pass: vectors side by side in `outs`
+        // share cache lines, and every append would bounce them between cores.
+        std::vector<int32_t> mine;
         while (true) {
           start.arrive_and_wait();
           if (stop) return;
-          if (!encode_range(*fresh, docs, cut[k], cut[k + 1], outs[k], errors[k])) ok = false;
+          if (!encode_range(*fresh, docs, cut[k], cut[k + 1], mine, errors[k])) ok = false;
+          outs[k].swap(mine);
           done.arrive_and_wait();
         }
       });
