@@ -15,6 +15,7 @@
 #include "zt/data/jsonl_examples.h"
 #include "zt/data/token_file.h"
 #include "zt/tasks/lm_loss.h"
+#include "zt/tasks/reward.h"
 
 namespace zt::cli {
 namespace {
@@ -34,8 +35,9 @@ std::vector<FlagSpec> flags() {
   f.insert(f.end(), {
                         {"--data", FlagKind::kValue, "token file or JSON Lines", "FILE"},
                         {"--task", FlagKind::kValue,
-                         "causal or mlm (default: the model's), or sft (prompt/response JSON "
-                         "Lines through the tokenizer: the response's loss)",
+                         "causal or mlm (default: the model's), sft (prompt/response JSON "
+                         "Lines through the tokenizer: the response's loss) or reward "
+                         "(prompt/chosen/rejected pairs: loss, accuracy, mean scores)",
                          "TASK"},
                         tokenizer_flag(),
                         {"--micro-batch", FlagKind::kValue, "rows per forward (default 8)", "B"},
@@ -124,9 +126,55 @@ int cmd_eval(const Args& args) {
   const nn::TransformerConfig& c = m->config();
   nn::Task task = c.task;
   const bool sft = a.get("--task") == std::optional<std::string>("sft");
+  const bool reward = a.get("--task") == std::optional<std::string>("reward");
+  if (c.task == nn::Task::kReward || reward) {
+    // A reward model: pairwise loss, accuracy and mean scores over prompt/chosen/rejected pairs.
+    if (c.task != nn::Task::kReward) {
+      return fail(invalid_argument("--task reward: the model {} has no reward (value) head",
+                                   *a.get("--model")));
+    }
+    if (!reward) {
+      return fail(invalid_argument("--model {} is a reward model: evaluate it with --task reward "
+                                   "on prompt/chosen/rejected JSON Lines",
+                                   *a.get("--model")));
+    }
+    auto tok = model_tokenizer(a, m->choice, c.vocab_size);
+    std::shared_ptr<const Tokenizer> tokenizer;
+    if (tok) {
+      tokenizer = *tok;
+    } else if (a.has("--tokenizer")) {
+      return fail(tok.status());
+    }
+    auto seq = parse_int("--seq-len", a.get("--seq-len").value_or(std::to_string(c.max_positions)), 2);
+    if (!seq) return fail(seq.status());
+    tasks::RewardOptions ro;
+    ro.seq_len = *seq;
+    ro.micro_batch = 1;  // every pair counted (a batch of B drops a last partial batch)
+    ro.shuffle = false;
+    ro.vocab_size = c.vocab_size;
+    ro.eos_id = model_eos_id(m->choice.source_dir);
+    auto rd = tasks::RewardData::open(*data, tokenizer, ro);
+    if (!rd) return fail(rd.status());
+    auto mt = tasks::reward_eval(m->model(), m->weights->context(), *rd, 0);
+    if (!mt) return fail(mt.status());
+    std::printf("loss %.6f  accuracy %.4f  chosen score %.4f  rejected score %.4f  over %lld "
+                "pair(s)\n",
+                mt->loss, mt->accuracy, mt->chosen_score, mt->rejected_score,
+                static_cast<long long>(mt->pairs));
+    if (auto out = a.get("--metrics-out")) {
+      const nlohmann::json j = {{"model", *a.get("--model")}, {"data", *data},
+                                {"task", "reward"},           {"loss", mt->loss},
+                                {"accuracy", mt->accuracy},   {"chosen_score", mt->chosen_score},
+                                {"rejected_score", mt->rejected_score}, {"pairs", mt->pairs}};
+      if (Status s = file_write_atomic(*out, j.dump(2) + "\n", "eval metrics"); !s.is_ok()) {
+        return fail(s);
+      }
+    }
+    return 0;
+  }
   if (auto t = a.get("--task"); t && !sft) {
     if (*t != "causal" && *t != "mlm") {
-      return fail(invalid_argument("--task must be causal, mlm or sft, got '{}'", *t));
+      return fail(invalid_argument("--task must be causal, mlm, sft or reward, got '{}'", *t));
     }
     task = *t == "causal" ? nn::Task::kCausalLM : nn::Task::kMaskedLM;
     if (task != c.task) {

@@ -133,8 +133,9 @@ int cmd_generate(const Args& args) {
   if (!m) return fail(m.status());
   const nn::TransformerConfig& c = m->config();
   if (c.task != nn::Task::kCausalLM) {
-    return fail(invalid_argument("--model {}: a masked-LM model does not generate text",
-                                 *a.get("--model")));
+    return fail(invalid_argument("--model {}: a {} model does not generate text",
+                                 *a.get("--model"),
+                                 c.task == nn::Task::kReward ? "reward (value-head)" : "masked-LM"));
   }
   std::vector<int32_t> prompt;
   const bool text_prompt = a.has("--prompt");

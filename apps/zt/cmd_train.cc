@@ -27,6 +27,7 @@
 #include "zt/launcher/heartbeat.h"
 #include "model_args.h"
 #include "zt/tasks/mlm.h"
+#include "zt/tasks/reward.h"
 #include "zt/tasks/sft.h"
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
@@ -40,9 +41,10 @@ constexpr const char* kTrainUsage = R"(Usage: zt train --config ds_config.json [
 
 Trains a causal language model (GPT-2, Llama, Qwen2, OPT: a named size, or a Hugging Face model
 directory whose weights it fine-tunes) with the DeepSpeed config's batch sizes, optimizer,
-scheduler, precision and clipping. --task sft fine-tunes on JSON Lines of prompt/response records
-(docs/finetuning.md). Without --data it trains on the default corpus (license texts every Debian
-machine carries, byte-level tokens), prepared once into ~/.cache/zerotrain.
+scheduler, precision and clipping. --task sft fine-tunes on JSON Lines of prompt/response records,
+--task reward trains a reward model on prompt/chosen/rejected pairs (docs/finetuning.md). Without
+--data it trains on the default corpus (license texts every Debian machine carries, byte-level
+tokens), prepared once into ~/.cache/zerotrain.
 
 Options:
 )";
@@ -75,7 +77,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--task", FlagKind::kValue,
      "pretrain (default: token files), sft (supervised fine-tuning on JSON Lines of "
      "prompt/response, prompt/chosen, text or input_ids+labels: the loss counts the response and "
-     "its eos) or mlm (BERT masked-LM pre-training on token files)",
+     "its eos), reward (a value head on a causal model, trained on JSON Lines of "
+     "prompt/chosen/rejected pairs: the loss is -log sigmoid(r_chosen - r_rejected)) or mlm (BERT "
+     "masked-LM pre-training on token files)",
      "TASK"},
     {"--train-on-prompt", FlagKind::kSwitch, "sft: count every next-token prediction, prompt too"},
     {"--mlm-probability", FlagKind::kValue, "mlm: share of positions selected (default 0.15)", "P"},
@@ -83,8 +87,9 @@ const std::vector<FlagSpec> kFlags = {
     {"--random-share", FlagKind::kValue, "mlm: selected positions that become a random token (default 0.1)", "P"},
     {"--mask-id", FlagKind::kValue, "mlm: the mask token id (default: the tokenizer's [MASK] or <mask>)", "ID"},
     {"--pack", FlagKind::kSwitch, "sft: pack whole examples into rows instead of padding each"},
-    {"--skip-bad", FlagKind::kSwitch, "sft: skip (and count) bad JSON Lines records"},
-    {"--eval-data", FlagKind::kValue, "sft: held-out JSON Lines; its loss every --eval-interval steps",
+    {"--skip-bad", FlagKind::kSwitch, "sft, reward: skip (and count) bad JSON Lines records"},
+    {"--eval-data", FlagKind::kValue,
+     "sft, reward: held-out JSON Lines; its loss (reward: and accuracy) every --eval-interval steps",
      "FILE"},
     {"--eval-interval", FlagKind::kValue, "steps between evaluations (default 100)", "N"},
     {"--eval-steps", FlagKind::kValue, "batches per evaluation (default: the whole file)", "M"},
@@ -251,19 +256,35 @@ int cmd_train(const Args& raw_args) {
   }
   auto choice = ckpt::model_open(model_name, overrides);
   if (!choice) return fail(choice.status());
+  const std::string task = a.get("--task").value_or("pretrain");
+  if (task != "pretrain" && task != "sft" && task != "mlm" && task != "reward") {
+    return fail(invalid_argument("--task must be pretrain, sft, reward or mlm, not '{}'", task));
+  }
+  if (task == "reward") {
+    const nn::TransformerConfig& c = choice->model->transformer_config();
+    if (c.task == nn::Task::kCausalLM) {
+      choice->model = tasks::reward_model_from(*choice->model);  // the value head added
+    } else if (c.task != nn::Task::kReward) {
+      return fail(invalid_argument(
+          "--task reward: --model {} is a {} {} model; a reward model is a causal decoder (gpt2, "
+          "llama, mistral, qwen2, opt) or a <Family>ForSequenceClassification directory with "
+          "num_labels 1",
+          model_name, c.model_type,
+          c.task == nn::Task::kMaskedLM ? "masked-LM" : "sequence-classification"));
+    }
+  } else if (choice->model->transformer_config().task == nn::Task::kReward) {
+    return fail(invalid_argument(
+        "--model {}: a reward model (a value head, ...ForSequenceClassification); train it with "
+        "--task reward (JSON Lines of prompt/chosen/rejected)",
+        model_name));
+  }
   nn::Transformer& model = *choice->model;
   const nn::TransformerConfig& mc = model.transformer_config();
-  const std::string task = a.get("--task").value_or("pretrain");
-  if (task != "pretrain" && task != "sft" && task != "mlm") {
-    return fail(invalid_argument("--task must be pretrain, sft or mlm, not '{}' (reward is not "
-                                 "available yet)",
-                                 task));
-  }
   if (task == "mlm" && mc.task != nn::Task::kMaskedLM) {
     return fail(invalid_argument("--task mlm: --model {} is not a masked-LM (BERT) model",
                                  model_name));
   }
-  if (task != "mlm" && mc.task != nn::Task::kCausalLM) {
+  if (task != "mlm" && task != "reward" && mc.task != nn::Task::kCausalLM) {
     return fail(invalid_argument(
         "--model {}: a {} masked-LM model; train it with --task mlm (token files), or evaluate "
         "it with zt eval --task mlm",
@@ -314,9 +335,14 @@ int cmd_train(const Args& raw_args) {
     data_path = *dd;
     data_specs.push_back({.weight = 1, .path = data_path});
   }
-  for (const char* f : {"--train-on-prompt", "--pack", "--skip-bad", "--eval-data"}) {
+  for (const char* f : {"--train-on-prompt", "--pack"}) {
     if (task != "sft" && a.has(f)) {
       return fail(invalid_argument("{} belongs to --task sft", f));
+    }
+  }
+  for (const char* f : {"--skip-bad", "--eval-data"}) {
+    if (task != "sft" && task != "reward" && a.has(f)) {
+      return fail(invalid_argument("{} belongs to --task sft or --task reward", f));
     }
   }
   std::optional<tasks::SftData> sft, sft_eval_data;
@@ -361,6 +387,45 @@ int cmd_train(const Args& raw_args) {
     }
     data_specs.clear();
   }
+  std::optional<tasks::RewardData> reward, reward_eval_data;
+  if (task == "reward") {
+    if (!*data_values || data_specs.size() != 1) {
+      return fail(invalid_argument(
+          "--task reward needs --data FILE.jsonl (one JSON Lines file of prompt/chosen/rejected)"));
+    }
+    auto t = model_tokenizer(a, *choice, mc.vocab_size);
+    if (!t) return fail(t.status());
+    data_tokenizer = *t;
+    tasks::RewardOptions ro{.seq_len = *seq,
+                            .micro_batch = cfg->train_micro_batch_size_per_gpu,
+                            .skip_bad = a.has("--skip-bad"),
+                            .seed = static_cast<uint64_t>(*seed),
+                            .shuffle = a.get("--order").value_or("random") == "random",
+                            .rank = rank,
+                            .world_size = world,
+                            .vocab_size = mc.vocab_size,
+                            .eos_id = model_eos_id(choice->source_dir)};
+    auto d = tasks::RewardData::open(data_specs[0].path, data_tokenizer, ro);
+    if (!d) return fail(d.status());
+    reward.emplace(std::move(d).value());
+    if (rank == 0) {
+      ZT_LOG_INFO(
+          "reward: {} pairs from {}, {} truncated to {} tokens, {} skipped, {} batches of "
+          "{} pairs ({} rows) per epoch per rank; {}",
+          reward->dataset().size(), data_specs[0].path, reward->dataset().truncated(), *seq,
+          reward->dataset().skipped(), reward->batches_per_epoch(),
+          cfg->train_micro_batch_size_per_gpu, 2 * cfg->train_micro_batch_size_per_gpu,
+          data_tokenizer->describe());
+    }
+    if (auto e = a.get("--eval-data")) {
+      ro.shuffle = false;
+      auto ed = tasks::RewardData::open(*e, data_tokenizer, ro);
+      if (!ed) return fail(ed.status().with_context("--eval-data"));
+      reward_eval_data.emplace(std::move(ed).value());
+    }
+    data_specs.clear();
+  }
+  const bool jsonl = sft || reward;  // batches come from a JSON Lines dataset
   std::optional<tasks::MlmOptions> mlm;
   for (const char* f : {"--mlm-probability", "--mask-share", "--random-share", "--mask-id"}) {
     if (task != "mlm" && a.has(f)) return fail(invalid_argument("{} belongs to --task mlm", f));
@@ -407,8 +472,8 @@ int cmd_train(const Args& raw_args) {
     sources.push_back({std::make_shared<const TokenFile>(std::move(file).value()), spec.weight});
     data_files.push_back(spec.path);
   }
-  const std::shared_ptr<const TokenFile> shared_file = sft ? nullptr : sources.front().file;
-  if (!sft) data_fault_handler_install(data_files);
+  const std::shared_ptr<const TokenFile> shared_file = jsonl ? nullptr : sources.front().file;
+  if (!jsonl) data_fault_handler_install(data_files);
   SampleOrder order = SampleOrder::kRandom;
   if (auto o = a.get("--order")) {
     if (*o == "sequential") {
@@ -427,7 +492,7 @@ int cmd_train(const Args& raw_args) {
   // One file trains exactly as before (BatchSampler); several go through BlendSampler.
   std::optional<BatchSampler> single_sampler;
   std::optional<BlendSampler> blend_sampler;
-  if (sft) {
+  if (jsonl) {
     // batches come from the JSON Lines dataset
   } else if (sources.size() == 1) {
     auto s = BatchSampler::create(shared_file, sampler_options);
@@ -448,12 +513,13 @@ int cmd_train(const Args& raw_args) {
   int64_t sft_position = 0;
   const auto next_batch = [&]() -> Result<Batch> {
     if (sft) return sft->batch_at(sft_position++);
+    if (reward) return reward->batch_at(sft_position++);
     Result<Batch> b = single_sampler ? single_sampler->next() : blend_sampler->next();
     if (b && mlm) tasks::mlm_batch(*b, rank, world, *mlm);
     return b;
   };
   const auto seek_batch = [&](int64_t g) {
-    if (sft) {
+    if (jsonl) {
       sft_position = g;
     } else if (single_sampler) {
       single_sampler->seek(g);
@@ -626,6 +692,31 @@ int cmd_train(const Args& raw_args) {
         return fail(s);
       }
     }
+    if (reward_eval_data && (st.step % *eval_interval == 0 || st.step == *steps)) {
+      auto ev = tasks::reward_eval(model, engine.eval_context(), *reward_eval_data, *eval_steps,
+                                   engine.hooks());
+      if (!ev) {
+        bar.finish();
+        return fail(ev.status());
+      }
+      if (rank == 0) {
+        ZT_LOG_INFO(
+            "step {}: eval loss {:.4f}, accuracy {:.4f}, chosen score {:.4f}, rejected "
+            "score {:.4f} over {} pairs of {}",
+            st.step, ev->loss, ev->accuracy, ev->chosen_score, ev->rejected_score, ev->pairs,
+            *a.get("--eval-data"));
+      }
+      nlohmann::json er = {{"step", st.step},
+                           {"eval_loss", ev->loss},
+                           {"eval_accuracy", ev->accuracy},
+                           {"eval_chosen_score", ev->chosen_score},
+                           {"eval_rejected_score", ev->rejected_score},
+                           {"eval_pairs", ev->pairs}};
+      if (Status s = metrics.write(er); !s.is_ok()) {
+        bar.finish();
+        return fail(s);
+      }
+    }
     if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
       if (Status s = save(); !s.is_ok()) {
         bar.finish();
@@ -674,12 +765,16 @@ int cmd_train(const Args& raw_args) {
       if (Status s = f->commit(); !s.is_ok()) return fail(s);
     }
   }
-  if (rank == 0)
+  if (rank == 0 && reward) {
+    std::printf("trained %lld steps: loss %.4f -> %.4f (ln 2 = 0.6931: no preference)\n",
+                static_cast<long long>(*steps), first_loss, last_loss);
+  } else if (rank == 0) {
     std::printf("trained %lld steps: loss %.4f -> %.4f (ln(vocab) = %.4f)\n",
                 static_cast<long long>(*steps), first_loss, last_loss,
                 std::log(static_cast<double>(mc.vocab_size)));
+  }
 
-  if (*sample_tokens > 0 && !mlm) {
+  if (*sample_tokens > 0 && !mlm && !reward) {  // a reward model does not generate
     // The tokenizer of the data: named, the model directory's, or bytes for the built-in corpus.
     std::shared_ptr<const Tokenizer> tok = data_tokenizer;
     if (!tok && (a.has("--tokenizer") || !choice->source_dir.empty() || default_corpus)) {

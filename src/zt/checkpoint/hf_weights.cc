@@ -32,7 +32,7 @@ std::string swap_last(const std::string& s, std::string_view from, std::string_v
 
 bool is_head_name(const std::string& name) {
   return name.rfind("lm_head", 0) == 0 || name.rfind("cls.", 0) == 0 ||
-         name.rfind("classifier.", 0) == 0;
+         name.rfind("classifier.", 0) == 0 || name.rfind("score.", 0) == 0;
 }
 
 // A tensor of one open file, as a parameter reads it.

@@ -3,7 +3,9 @@
 // be: Llama with grouped-query attention, llama3 rope scaling, an untied head and every bias;
 // Llama with multi-query attention, head_dim != hidden / heads and a tied head; Qwen2 (q/k/v
 // biases only); OPT pre-LN with word_embed_proj_dim projections; OPT post-LN; BERT MLM (post-LN,
-// token types, a padding mask, the MLM transform and decoder bias, ignored targets). Parameters
+// token types, a padding mask, the MLM transform and decoder bias, ignored targets); reward models
+// (Llama and OPT with its projections: the value head `score` read at each row's last real token
+// of chosen/rejected rows, two of them padded, under the pairwise loss). Parameters
 // are uniform random (not the families' tiny init) so that every layer shapes the loss, and every
 // parameter tensor must receive a non-zero gradient (a part the model silently skipped would
 // otherwise pass with zero on both sides). Then: gradients accumulate over backward passes.
@@ -151,6 +153,46 @@ std::vector<Variant> variants() {
          EXPECT_EQ(c.embed_dim, c.hidden);
          EXPECT_EQ(c.position_offset, 2);
        }},
+      {"llama_reward",
+       {{"model_type", "llama"},
+        {"architectures", {"LlamaForSequenceClassification"}},
+        {"id2label", {{"0", "LABEL_0"}}},
+        {"vocab_size", 13},
+        {"hidden_size", 16},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},
+        {"intermediate_size", 24},
+        {"max_position_embeddings", 16},
+        {"rms_norm_eps", 1e-5},
+        {"rope_theta", 10000.0},
+        {"attention_bias", true},
+        {"tie_word_embeddings", false}},
+       [](const TransformerConfig& c) {
+         EXPECT_EQ(c.task, Task::kReward);
+         EXPECT_EQ(c.num_labels, 1);
+         EXPECT_EQ(c.n_kv_head, 2);
+         EXPECT_EQ(c.qkv_bias, Bias::kWith);
+       }},
+      {"opt_reward_projected",
+       {{"model_type", "opt"},
+        {"architectures", {"OPTForSequenceClassification"}},
+        {"num_labels", 1},
+        {"vocab_size", 19},
+        {"hidden_size", 16},
+        {"word_embed_proj_dim", 8},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 2},
+        {"ffn_dim", 24},
+        {"max_position_embeddings", 8},
+        {"activation_function", "relu"},
+        {"do_layer_norm_before", true},
+        {"enable_bias", true}},
+       [](const TransformerConfig& c) {
+         EXPECT_EQ(c.task, Task::kReward);
+         EXPECT_EQ(c.embed_dim, 8);
+         EXPECT_TRUE(c.final_norm);
+       }},
       {"bert_mlm",
        {{"model_type", "bert"},
         {"architectures", {"BertForMaskedLM"}},
@@ -234,7 +276,8 @@ Case make_case(const Variant& v) {
   v.expect_structure(*config);
   c.model = std::make_unique<Transformer>(*config);
   c.bound = bind_f64(*c.model, 11);
-  const int64_t B = 2, T = config->task == Task::kMaskedLM ? 5 : 4;
+  const bool reward = config->task == Task::kReward;
+  const int64_t B = reward ? 4 : 2, T = config->task == Task::kMaskedLM ? 5 : 4;
   const int V = config->vocab_size;
   c.tokens = testing::random_ints({B, T}, V, 1);
   c.targets = testing::random_ints({B, T}, V, 2);
@@ -253,6 +296,15 @@ Case make_case(const Variant& v) {
       }
     }
     for (int64_t i : {0, 2, 6, 9}) tg[i] = -100;  // row 1: position 3 (padding) counted, 4 not
+  } else if (reward) {
+    // Pairs (0, 2) and (1, 3): chosen rows 0-1, rejected rows 2-3. Each row is scored at its last
+    // real token (the target marks it with that token's id); rows 1 and 3 are padded after
+    // positions 1 and 2 (what follows never reaches the loss under causal attention).
+    const int32_t* tk = c.tokens.data<int32_t>();
+    const int64_t last[] = {T - 1, 1, T - 1, 2};
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) tg[b * T + t] = t == last[b] ? tk[b * T + t] : -100;
+    }
   } else {
     tg[T - 1] = -100;  // a causal LM's last position has no next token
   }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "zt/nn/models/family_names.h"
+
 namespace zt::nn {
 namespace {
 
@@ -299,6 +301,36 @@ Status read_bert(const Keys& k, TransformerConfig& t) {
   return Status::ok();
 }
 
+// A decoder's <Family>ForSequenceClassification (any of `architectures`) is a reward model: the
+// value head `score` (hidden -> 1, no bias) read at the last real token. transformers' default
+// is 2 labels (id2label's size when given); a reward model has num_labels 1.
+Status read_reward_head(const Keys& k, TransformerConfig& t) {
+  if (!k.has("architectures") || !k.raw()["architectures"].is_array()) return Status::ok();
+  bool reward = false;
+  for (const json& a : k.raw()["architectures"]) {
+    const std::string_view tail = "ForSequenceClassification";
+    if (a.is_string() && a.get<std::string>().size() > tail.size() &&
+        a.get<std::string>().compare(a.get<std::string>().size() - tail.size(), tail.size(),
+                                     tail) == 0) {
+      reward = true;
+    }
+  }
+  if (!reward) return Status::ok();
+  int64_t labels = 2;
+  if (k.has("id2label") && k.raw()["id2label"].is_object()) {
+    labels = static_cast<int64_t>(k.raw()["id2label"].size());
+  }
+  ZT_ASSIGN_OR_RETURN(labels, k.int_or("num_labels", labels));
+  if (labels != 1) {
+    return k.unsupported("num_labels",
+                         "a decoder's ...ForSequenceClassification is read as a "
+                         "reward model, with one score (num_labels 1)");
+  }
+  t.task = Task::kReward;
+  t.num_labels = 1;
+  return Status::ok();
+}
+
 // The registry of families, keyed by config.json's model_type: the family ZeroTrain builds for
 // it and the reader of its keys. Mistral (without a sliding window) is Llama's structure.
 struct Family {
@@ -346,6 +378,7 @@ Result<TransformerConfig> transformer_config_from_hf(const json& config, std::st
   }
   t.model_type = family->builds;
   ZT_RETURN_IF_ERROR(family->read(k, t));
+  if (t.model_type != "bert") ZT_RETURN_IF_ERROR(read_reward_head(k, t));
   ZT_RETURN_IF_ERROR(check_vocab(k, t));
   if (t.embed_dim == 0) t.embed_dim = t.hidden;
   if (t.head_dim == 0 || t.n_head * t.head_dim == 0 ||
@@ -459,6 +492,13 @@ json hf_config_from_transformer(const TransformerConfig& c) {
     j["hidden_act"] = activation_name(c.act);
     j["position_embedding_type"] = "absolute";
     j["initializer_range"] = decimal(c.init_std);
+  }
+  if (c.task == Task::kReward) {  // the value head: transformers' sequence classifier, 1 label
+    j["architectures"] = {
+        fmt::format("{}ForSequenceClassification", hf_class_prefix(c.model_type))};
+    j["num_labels"] = 1;
+    j["id2label"] = {{"0", "LABEL_0"}};
+    j["label2id"] = {{"LABEL_0", 0}};
   }
   return j;
 }

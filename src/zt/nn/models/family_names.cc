@@ -1,5 +1,7 @@
 #include "zt/nn/models/family_names.h"
 
+#include <utility>
+
 #include "zt/core/assert.h"
 
 namespace zt::nn {
@@ -16,6 +18,7 @@ const FamilyNames& family_names(std::string_view model_type) {
                                 .down = "mlp.c_proj",
                                 .final_norm = "ln_f",
                                 .lm_head = "lm_head",
+                                .score = "score",
                                 .hf_prefix = "transformer."};
   static const FamilyNames llama{.wte = "embed_tokens",
                                  .block = "layers",
@@ -27,6 +30,7 @@ const FamilyNames& family_names(std::string_view model_type) {
                                  .down = "mlp.down_proj",
                                  .final_norm = "norm",
                                  .lm_head = "lm_head",
+                                 .score = "score",
                                  .hf_prefix = "model."};
   static const FamilyNames opt{.wte = "embed_tokens",
                                .wpe = "embed_positions",
@@ -41,6 +45,7 @@ const FamilyNames& family_names(std::string_view model_type) {
                                .final_norm = "final_layer_norm",
                                .project_out = "project_out",
                                .lm_head = "lm_head",
+                               .score = "score",
                                .hf_prefix = "model.decoder."};
   static const FamilyNames bert{.wte = "embeddings.word_embeddings",
                                 .wpe = "embeddings.position_embeddings",
@@ -65,6 +70,16 @@ const FamilyNames& family_names(std::string_view model_type) {
   if (model_type == "opt") return opt;
   ZT_ASSERT(model_type == "bert", "no parameter names for model type '{}'", model_type);
   return bert;
+}
+
+std::string_view hf_class_prefix(std::string_view model_type) {
+  static constexpr std::pair<std::string_view, std::string_view> kPrefixes[] = {
+      {"gpt2", "GPT2"},   {"llama", "Llama"}, {"mistral", "Mistral"},
+      {"qwen2", "Qwen2"}, {"opt", "OPT"},     {"bert", "Bert"}};
+  for (const auto& [type, prefix] : kPrefixes) {
+    if (type == model_type) return prefix;
+  }
+  return {};
 }
 
 }  // namespace zt::nn

@@ -16,13 +16,20 @@ struct FamilyNames {
   std::string norm1{}, qkv{}, attn_out{}, norm2{}, up{}, down{};
   std::string final_norm{}, project_out{}, lm_head{}, transform{}, transform_norm{}, lm_bias{};
   std::string pooler{}, classifier{};  // sequence classification (BERT)
-  // Prefix of the body's tensors in transformers' files; head tensors named lm_head.*, cls.* or
-  // classifier.* carry none. GPT-2's files may have it or not (GPT2LMHeadModel vs GPT2Model).
+  std::string score{};                 // a decoder's reward (value) head: "score"
+  // Prefix of the body's tensors in transformers' files; head tensors named lm_head.*, cls.*,
+  // classifier.* or score.* carry none. GPT-2's files may have it or not (GPT2LMHeadModel vs
+  // GPT2Model).
   std::string hf_prefix{};
 };
 
 // The names of a family (gpt2, llama, qwen2, opt, bert); an unknown family aborts (callers
 // check the model type first).
 const FamilyNames& family_names(std::string_view model_type);
+
+// transformers' class-name prefix of a config.json model_type: "gpt2" -> "GPT2", "llama" ->
+// "Llama", "mistral" -> "Mistral", "qwen2" -> "Qwen2", "opt" -> "OPT", "bert" -> "Bert"; empty
+// when unknown. A reward model's architecture is "<prefix>ForSequenceClassification".
+std::string_view hf_class_prefix(std::string_view model_type);
 
 }  // namespace zt::nn

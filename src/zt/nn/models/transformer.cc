@@ -233,6 +233,12 @@ TransformerHead::TransformerHead(const TransformerConfig& c, TransformerEmbeddin
     classifier_.emplace(*this, n.classifier, c.hidden, c.num_labels, Bias::kWith, c.init_std);
     return;
   }
+  if (c.task == Task::kReward) {
+    // No LM matmul: the value head reads the final norm's (and projection's) output.
+    ZT_ASSERT(!n.score.empty(), "a reward head on a {} model", c.model_type);
+    score_.emplace(*this, n.score, c.embed_dim, 1, Bias::kNone, c.init_std);
+    return;
+  }
   if (c.task == Task::kMaskedLM) {
     transform_.emplace(*this, n.transform, c.hidden, c.hidden, Bias::kWith, c.init_std);
     transform_norm_.emplace(*this, n.transform_norm, c.hidden, NormKind::kLayerNorm, c.norm_eps);
@@ -264,6 +270,7 @@ static Tensor last_positions(const Context& ctx, const Tensor& x) {
 
 Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   if (classifier_) return forward_classify(ctx, x_in);
+  if (score_) return forward_reward(ctx, x_in);
   const Tensor x =
       ctx.kv_cache != nullptr && ctx.targets == nullptr && x_in.size(1) > 1
           ? last_positions(ctx, x_in)
@@ -353,9 +360,129 @@ Tensor TransformerHead::backward_classify(Context& ctx) {
   return dx;
 }
 
+// ---- reward head
+
+namespace {
+
+// Host values into a new tensor of `dtype` on ctx's device (a few per batch: scores' losses and
+// gradients).
+Tensor upload_doubles(const Context& ctx, const std::vector<double>& v, const Shape& shape,
+                      DType dtype) {
+  Tensor host = Tensor::empty(shape, dtype, Device::cpu());
+  convert_host(host.data(), dtype, v.data(), DType::f64, static_cast<int64_t>(v.size()));
+  return ctx.device.is_cpu() ? host : host.to(ctx.device, ctx.stream);
+}
+
+}  // namespace
+
+// The value head, as transformers' <Family>ForSequenceClassification with num_labels 1:
+// score = W (final_norm(x)) at a row's last real token.
+//   - Without targets: scores at every position (B,T) (as an LM returns logits at every
+//     position); the caller reads each row's last real token. Under causal attention a row's
+//     score at t never depends on the tokens after t (padding on the right is never read).
+//   - With targets (B,T) i32: B is 2P rows, the P chosen rows then the P rejected rows (data/
+//     jsonl_dataset.h's pairs); each row has exactly one target >= 0, at its last real token
+//     (the position scored; the value is that token's id, so the engine counts 2P targets).
+//     Returns per-position losses (B*T accum dtype): both rows of pair p carry
+//     L_p = -log sigmoid(r_chosen - r_rejected) at their scored position, zero elsewhere, so
+//     sum / 2P (the engine's mean over counted targets) is the mean pair loss. In kTrain mode the
+//     gradient is kept for backward: with dloss = scale / (GAS * 2P) (the engine's), the mean
+//     over pairs has d/dr_chosen = -2 dloss sigmoid(-(r_c - r_r)) and d/dr_rejected the opposite.
+// Only the scored rows go through the final norm and the head when targets are given.
+Tensor TransformerHead::forward_reward(Context& ctx, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
+  const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
+  const Stream& s = ctx.stream;
+  in_shape_ = x.shape();
+  have_dlogits_ = false;
+  score_at_.clear();
+  if (ctx.targets == nullptr) {
+    x_ = x.reshape({N, C});
+  } else {
+    ZT_ASSERT(ctx.targets->numel() == N, "targets {} for {} positions", ctx.targets->numel(), N);
+    ZT_ASSERT(B % 2 == 0, "a reward batch holds pairs: chosen rows then rejected rows, got {} rows",
+              B);
+    const Tensor th =
+        ctx.targets->device().is_cpu() ? *ctx.targets : ctx.targets->to(Device::cpu(), s);
+    const int32_t* tg = th.data<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t at = -1;
+      for (int64_t t = 0; t < T; ++t) {
+        if (tg[b * T + t] < 0) continue;
+        ZT_ASSERT(at < 0, "reward targets: row {} marks positions {} and {} (one per row)", b, at,
+                  t);
+        at = t;
+      }
+      ZT_ASSERT(at >= 0, "reward targets: row {} marks no position to score", b);
+      score_at_.push_back(b * T + at);
+    }
+    x_ = Tensor::empty({B, C}, dt, ctx.device, s);
+    for (int64_t b = 0; b < B; ++b) {
+      Tensor row = x_.view(b * C, {C});
+      row.copy_from(x.view(score_at_[static_cast<size_t>(b)] * C, {C}), s);
+    }
+  }
+  Tensor h = x_;
+  if (final_norm_) h = normed_ = final_norm_->forward(ctx, h);
+  if (project_out_) h = projected_ = project_out_->forward(ctx, h);
+  features_ = h;
+  logits_ = score_->forward(ctx, features_);  // (rows, 1)
+  if (ctx.targets == nullptr) return logits_.reshape({B, T});
+  const std::vector<double> r =
+      (ctx.device.is_cpu() ? logits_ : logits_.to(Device::cpu(), s)).to_doubles();
+  const int64_t P = B / 2;
+  std::vector<double> losses(static_cast<size_t>(N), 0.0), dscores(static_cast<size_t>(B), 0.0);
+  for (int64_t p = 0; p < P; ++p) {
+    const double d = r[static_cast<size_t>(p)] - r[static_cast<size_t>(P + p)];
+    // -log sigmoid(d) = log(1 + e^-d), and sigmoid(-d), without overflow for any d.
+    const double loss = d > 0 ? std::log1p(std::exp(-d)) : -d + std::log1p(std::exp(d));
+    const double g = d > 0 ? std::exp(-d) / (1 + std::exp(-d)) : 1 / (1 + std::exp(d));
+    losses[static_cast<size_t>(score_at_[static_cast<size_t>(p)])] = loss;
+    losses[static_cast<size_t>(score_at_[static_cast<size_t>(P + p)])] = loss;
+    dscores[static_cast<size_t>(p)] = -2.0 * ctx.dloss * g;
+    dscores[static_cast<size_t>(P + p)] = 2.0 * ctx.dloss * g;
+  }
+  if (ctx.mode == Mode::kTrain) {
+    logits_ = upload_doubles(ctx, dscores, {B, 1}, dt);  // now the scores' gradient
+    have_dlogits_ = true;
+  }
+  return upload_doubles(ctx, losses, {N}, acc);
+}
+
+Tensor TransformerHead::backward_reward(Context& ctx) {
+  const DType dt = ctx.compute_dtype;
+  const Stream& s = ctx.stream;
+  const int64_t C = in_shape_[2];
+  Tensor dh = Tensor::empty(features_.shape(), dt, ctx.device, s);
+  score_->backward(ctx, logits_, features_, &dh);
+  const Tensor& before_project = final_norm_ ? normed_ : x_;
+  if (project_out_) {
+    Tensor din = Tensor::empty(before_project.shape(), dt, ctx.device, s);
+    project_out_->backward(ctx, dh, before_project, &din);
+    dh = din;
+  }
+  Tensor drows = dh;
+  if (final_norm_) {
+    drows = Tensor::empty(x_.shape(), dt, ctx.device, s);
+    final_norm_->backward(ctx, dh, x_, drows, nullptr);
+    final_norm_->release();
+  }
+  // Only the scored position of each row reaches the loss.
+  Tensor dx = Tensor::zeros(in_shape_, dt, ctx.device, s);
+  for (size_t b = 0; b < score_at_.size(); ++b) {
+    Tensor row = dx.view(score_at_[b] * C, {C});
+    row.copy_from(drows.view(static_cast<int64_t>(b) * C, {C}), s);
+  }
+  x_ = normed_ = projected_ = features_ = logits_ = Tensor();
+  score_at_.clear();
+  have_dlogits_ = false;
+  return dx;
+}
+
 Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
   ZT_ASSERT(have_dlogits_, "head backward without a training forward with targets");
   if (classifier_) return backward_classify(ctx);
+  if (score_) return backward_reward(ctx);
   const DType dt = ctx.compute_dtype;
   const Stream& s = ctx.stream;
   Param& w = table();

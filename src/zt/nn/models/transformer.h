@@ -27,12 +27,15 @@ enum class NormPlacement : unsigned char { kPre, kPost };  // pre-LN decoders; B
 enum class Tied : unsigned char { kNo, kYes };
 // kSequenceClassification: BERT's pooler (dense + tanh on the first token) and classifier; the
 // targets are one label per row (B), the loss single-label cross-entropy over num_labels.
-enum class Task : unsigned char { kCausalLM, kMaskedLM, kSequenceClassification };
+// kReward: a decoder's scalar value head `score` (hidden -> 1, no bias: transformers'
+// <Family>ForSequenceClassification with num_labels 1) read at each row's last real token; the
+// loss is the pairwise -log sigmoid(r_chosen - r_rejected) (TransformerHead::forward_reward).
+enum class Task : unsigned char { kCausalLM, kMaskedLM, kSequenceClassification, kReward };
 
 struct TransformerConfig {
   std::string model_type = "gpt2";  // the family: gpt2, llama, qwen2, opt, bert
   Task task = Task::kCausalLM;
-  int num_labels = 0;  // kSequenceClassification
+  int num_labels = 0;  // kSequenceClassification; 1 for kReward
   int n_layer = 0;
   int n_head = 0;
   int n_kv_head = 0;
@@ -121,13 +124,16 @@ class TransformerHead : public Unit {
   TransformerHead(const TransformerConfig& c, TransformerEmbedding& embedding, int embedding_unit);
   // (B,T,C) -> per-token losses (B*T) accum dtype when ctx.targets is set (targets < 0 are not
   // counted), else logits (B,T,Vp). In kTrain mode the logits buffer is overwritten with the
-  // loss gradient (fused).
+  // loss gradient (fused). A reward head returns scores (B,T) without targets and per-position
+  // pair losses (B*T) with them (forward_reward in transformer.cc has the contract).
   Tensor forward(Context& ctx, const Tensor& x) override;
   Tensor backward(Context& ctx, const Tensor& dout) override;
 
  private:
   Tensor forward_classify(Context& ctx, const Tensor& x);
   Tensor backward_classify(Context& ctx);
+  Tensor forward_reward(Context& ctx, const Tensor& x);
+  Tensor backward_reward(Context& ctx);
   Param& table();
   const TransformerConfig& c_;
   TransformerEmbedding& embedding_;
@@ -141,6 +147,8 @@ class TransformerHead : public Unit {
   Shape in_shape_;
   Tensor x_, normed_, projected_, t_pre_, t_act_, features_, logits_;
   Tensor first_, pooled_pre_;  // sequence classification: the rows' first tokens, pre-tanh
+  std::optional<Linear> score_;       // reward: the value head
+  std::vector<int64_t> score_at_;     // reward: flat positions (b*T + t) of the scored rows
   bool have_dlogits_ = false;
 };
 
@@ -154,6 +162,7 @@ class Transformer : public Model {
   nlohmann::json config_json() const override;
   // The config.json this model was read from (null for named sizes): exports keep its keys.
   void set_source_config(nlohmann::json config) { source_config_ = std::move(config); }
+  const nlohmann::json& source_config() const { return source_config_; }
 
  private:
   TransformerConfig config_;
