@@ -18,6 +18,7 @@ int cmd_ckpt(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_tokenize(const Args& args);
+int cmd_report(const Args& args);
 
 // Prints "zt: error: <message>" to stderr and returns 1 (2 for usage errors).
 int fail(const Status& status);

@@ -29,6 +29,7 @@ Commands:
   config    Check a ds_config.json and print it fully resolved (zt config check FILE)
   data      Make token files from text (zt data prepare FILES... -o OUT)
   tokenize  Text to ids and back with a tokenizer.json, as JSON Lines (zt tokenize --help)
+  report    This machine and build in one screen, problems with their fixes (like ds_report)
   ckpt      Consolidate or inspect checkpoints (zt ckpt to-fp32 DIR OUT, zt ckpt inspect DIR)
 
 Options:
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
     if (cmd == "generate") rc = zt::cli::cmd_generate(rest);
     if (cmd == "eval") rc = zt::cli::cmd_eval(rest);
     if (cmd == "tokenize") rc = zt::cli::cmd_tokenize(rest);
+    if (cmd == "report") rc = zt::cli::cmd_report(rest);
     if (cmd == "launch") rc = zt::launcher::launch_main(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   }
-  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, ckpt (see zt --help)\n",
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, report, ckpt (see zt --help)\n",
                cmd.c_str());
   return 2;
 }

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "zt/build_config.h"
+#include <gloo/config.h>
+
 #include "zt/comm/gloo/gloo_communicator.h"
 #include "zt/comm/store/tcp_store.h"
 #include "zt/comm/stub/stub_communicator.h"
@@ -146,6 +148,18 @@ Result<std::unique_ptr<Communicator>> communicator_create(const DistEnv& env, De
 #endif
   }
   return gloo_communicator_create(env, std::move(store));
+}
+
+int comm_nccl_version() {
+#if ZT_HAVE_CUDA
+  return nccl_version();
+#else
+  return 0;
+#endif
+}
+
+std::string comm_gloo_version() {
+  return fmt::format("{}.{}.{}", GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH);
 }
 
 }  // namespace zt

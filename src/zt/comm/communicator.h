@@ -107,6 +107,10 @@ class Communicator {
 // device, Gloo when it is the CPU. Rank 0 serves the rendezvous store on env.master_port (it stays
 // up for the communicator's life); every rank connects to it, with env.timeout as the deadline.
 Result<std::unique_ptr<Communicator>> communicator_create(const DistEnv& env, Device device);
+// The NCCL library's version code (22703 = 2.27.3); 0 without a CUDA build.
+int comm_nccl_version();
+// Gloo's version from its headers, "0.5.0".
+std::string comm_gloo_version();
 
 // The message every backend gives a failed operation, so users see one shape:
 // "all_reduce on rank 1 of 2 failed: <what>".

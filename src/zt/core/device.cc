@@ -120,6 +120,23 @@ int64_t cuda_device_total_memory(int index) {
 #endif
 }
 
+CudaVersions cuda_versions() {
+  CudaVersions v;
+#if ZT_HAVE_CUDA
+  cuda::versions(&v.driver, &v.runtime, &v.toolkit, &v.cublas);
+#endif
+  return v;
+}
+
+int cuda_device_capability(int index) {
+#if ZT_HAVE_CUDA
+  return cuda::device_capability(index);
+#else
+  (void)index;
+  return 0;
+#endif
+}
+
 Status device_check(Device d) {
   if (d.is_cpu()) return Status::ok();
   if (!cuda_built()) {

@@ -36,6 +36,13 @@ int cuda_device_count();  // 0 without a CUDA build or device
 std::string cuda_device_name(int index);
 // The GPU's memory in all, in bytes; 0 without a CUDA build or when it cannot be read.
 int64_t cuda_device_total_memory(int index);
+// What `zt report` shows of CUDA: versions as CUDA encodes them (12040 = 12.4; cuBLAS as
+// major*10000 + minor*100 + patch), 0 where unknown or without a CUDA build.
+struct CudaVersions {
+  int driver = 0, runtime = 0, toolkit = 0, cublas = 0;
+};
+CudaVersions cuda_versions();
+int cuda_device_capability(int index);  // 90 for sm_90; 0 if unknown
 
 // A stream of work on a device. On the CPU every operation is synchronous and the handle is null.
 // A default-constructed Stream is the device's default (legacy) stream.

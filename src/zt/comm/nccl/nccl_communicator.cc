@@ -429,6 +429,11 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
+int nccl_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
 Result<std::unique_ptr<Communicator>> nccl_communicator_create(const DistEnv& env, Device device,
                                                                std::shared_ptr<TcpStore> store) {
   auto context = [&](const Status& s) {

@@ -13,6 +13,9 @@ namespace zt {
 // `store`, the others read it; initialisation is non-blocking and bounded by env.timeout (a rank
 // that never arrives makes the others fail with a kTimeout Status, not hang). Sets
 // NCCL_NVLS_ENABLE=0 unless the environment already sets it.
+// The NCCL library's version code (ncclGetVersion: 22703 = 2.27.3); 0 if unknown.
+int nccl_version();
+
 Result<std::unique_ptr<Communicator>> nccl_communicator_create(const DistEnv& env, Device device,
                                                                std::shared_ptr<TcpStore> store);
 

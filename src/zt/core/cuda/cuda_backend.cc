@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <cublas_api.h>
 #include <cuda_runtime.h>
 
 #include "zt/core/cuda/cuda_check.h"
@@ -39,6 +40,29 @@ int64_t device_total_memory(int index) {
 }
 
 void set_device(int index) { ZT_CUDA_CHECK(cudaSetDevice(index)); }
+
+void versions(int* driver, int* runtime, int* toolkit, int* cublas) {
+  *driver = *runtime = *cublas = 0;
+  if (cudaDriverGetVersion(driver) != cudaSuccess) *driver = 0;
+  if (cudaRuntimeGetVersion(runtime) != cudaSuccess) *runtime = 0;
+  (void)cudaGetLastError();
+  *toolkit = CUDART_VERSION;
+  int major = 0, minor = 0, patch = 0;
+  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
+      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS) {
+    *cublas = major * 10000 + minor * 100 + patch;
+  }
+}
+
+int device_capability(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return prop.major * 10 + prop.minor;
+}
 
 void* stream_create(int device) {
   ZT_CUDA_CHECK(cudaSetDevice(device));

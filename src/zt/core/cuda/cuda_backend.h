@@ -15,6 +15,10 @@ std::string device_name(int index);
 // Bytes of memory the device has in all (cudaDeviceProp::totalGlobalMem); 0 if unknown.
 int64_t device_total_memory(int index);
 void set_device(int index);
+// Versions as CUDA encodes them (1000 * major + 10 * minor); 0 where unknown.
+void versions(int* driver, int* runtime, int* toolkit, int* cublas);
+// Compute capability 10 * major + minor; 0 if unknown.
+int device_capability(int index);
 void* stream_create(int device);
 void stream_synchronize(void* stream);
 // timing: 1 for an event that measures time, 0 for one that only orders streams (cheaper).
