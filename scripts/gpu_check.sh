@@ -7,11 +7,13 @@
 # Sections `llama` (Llama-shaped 1B training next to transformers' Llama, eager and compiled),
 # `generate` (greedy decoding next to transformers' generate with its static cache) and `export`
 # (a model trained here, exported, loaded by transformers: same logits) cover the model families.
+# Section `tasks` trains sft, reward and mlm one step on the CPU and on the GPU (f32: the
+# first-step losses must agree) and 40 steps on the GPU (the loss must fall).
 # Section `tokenize` (CPU only; not in the default list) times tokenizer.json encoding next to
 # Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
 # GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
 # and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export") picks them;
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -28,7 +30,7 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
@@ -162,6 +164,56 @@ PY
     echo "$fxn: FAILED"; tail -3 "$ex"/*_"$fxn".log
   fi
 done
+fi
+
+if on tasks; then
+echo "== tasks: sft, reward and mlm, first-step loss on the GPU (f32) against the CPU, then 40 steps"
+tt=$(mktemp -d)
+python3 - "$tt" <<'PY'
+import array, json, random, struct, sys
+d = sys.argv[1]
+rng = random.Random(0)
+w = lambda: "".join(rng.choice("abcdefgh") for _ in range(rng.randint(3, 6)))
+with open(f"{d}/sft.jsonl", "w") as f:
+    for _ in range(2000):
+        x = w(); f.write(json.dumps({"prompt": f"copy {x} =", "response": f" {x}"}) + "\n")
+with open(f"{d}/pairs.jsonl", "w") as f:
+    for _ in range(2000):
+        x = w(); f.write(json.dumps({"prompt": "say:", "chosen": f" {x}", "rejected": f" {x.upper()}"}) + "\n")
+toks = []
+while len(toks) < 100000:
+    toks += [rng.randint(10, 249)] * rng.randint(4, 8)
+with open(f"{d}/mlm.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(array.array("H", toks).tobytes())
+PY
+printf '{"train_micro_batch_size_per_gpu": 16, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}}' >"$tt/ds.json"
+tasks_rc=0
+for task in sft reward mlm; do
+  case $task in
+    sft) args=(--task sft --model llama-tiny --data "$tt/sft.jsonl") ;;
+    reward) args=(--task reward --model llama-tiny --data "$tt/pairs.jsonl") ;;
+    mlm) args=(--task mlm --model tests/fixtures/hf/bert_mlm --mask-id 4 --data "$tt/mlm.bin") ;;
+  esac
+  for dev in cpu cuda; do
+    "$bin"/zt train "${args[@]}" --config "$tt/ds.json" --seq-len 24 --steps 1 --device $dev \
+      --sample-tokens 0 --metrics-out "$tt/${task}_$dev.jsonl" >/dev/null 2>"$tt/${task}_$dev.err" ||
+      { echo "$task $dev: FAILED"; tail -3 "$tt/${task}_$dev.err"; tasks_rc=1; }
+  done
+  "$bin"/zt train "${args[@]}" --config "$tt/ds.json" --seq-len 24 --steps 40 --device cuda \
+    --sample-tokens 0 --metrics-out "$tt/${task}_long.jsonl" >/dev/null 2>"$tt/${task}_long.err" ||
+    { echo "$task 40 steps: FAILED"; tail -3 "$tt/${task}_long.err"; tasks_rc=1; }
+  python3 - "$tt" "$task" <<'PY' | tee -a "$out/tasks.txt" || tasks_rc=1
+import json, sys
+d, t = sys.argv[1], sys.argv[2]
+loss = lambda f: [json.loads(l)["loss"] for l in open(f"{d}/{f}") if '"loss"' in l]
+c, g, long = loss(f"{t}_cpu.jsonl")[0], loss(f"{t}_cuda.jsonl")[0], loss(f"{t}_long.jsonl")
+ok = abs(c - g) <= 1e-4 * max(1.0, abs(c)) and long[-1] < long[0]
+print(f"{t}: first-step loss cpu {c:.6f} cuda {g:.6f}; 40 GPU steps {long[0]:.4f} -> {long[-1]:.4f}: {'ok' if ok else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+done
+rm -rf "$tt"
 fi
 
 if on tokenize; then
