@@ -10,7 +10,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "common/engine_runs.h"
+#include "zt/checkpoint/model_open.h"
 #include "common/test_util.h"
 #include "zt/data/tokenizer/tokenizer.h"
 #include "zt/nn/models/gpt2.h"
@@ -141,6 +144,47 @@ TEST(EngineIgnoredTargets, AnIgnoredRowTrainsAsIfItWereAbsent) {
   double max_diff = 0;
   for (size_t i = 0; i < w2.size(); ++i) max_diff = std::max(max_diff, std::abs(w2[i] - w1[i]));
   EXPECT_LT(max_diff, 1e-6);
+}
+
+// transformers' loss on the llama fixture (tests/fixtures/hf/make_sft_fixture.py): prompt/response
+// records, padded on the right, -100 on the prompt; and with every position labelled.
+TEST(SftData, FirstStepLossEqualsTransformers) {
+  const std::string dir = ZT_SOURCE_DIR "/tests/fixtures/hf/llama/";
+  std::ifstream ef(dir + "sft_expected.json");
+  const nlohmann::json want = nlohmann::json::parse(ef);
+  // The same records without labels: every next-token prediction counts (--train-on-prompt).
+  std::ifstream in(dir + "sft.jsonl");
+  std::string line, all_labelled;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    j.erase("labels");
+    all_labelled += j.dump() + "\n";
+  }
+  const std::string all_path = write_jsonl("sft_all.jsonl", all_labelled);
+  for (const auto& [path, key] : {std::pair{dir + "sft.jsonl", "loss"},
+                                  std::pair{all_path, "loss_train_on_prompt"}}) {
+    auto choice = ckpt::model_open(dir);
+    ASSERT_TRUE(choice.is_ok()) << choice.status().message();
+    tasks::SftOptions o;
+    o.seq_len = want["seq"].get<int64_t>();
+    o.micro_batch = want["rows"].get<int64_t>();
+    o.shuffle = false;
+    o.vocab_size = choice->model->vocab_size();
+    auto d = tasks::SftData::open(path, nullptr, o);
+    ASSERT_TRUE(d.is_ok()) << d.status().message();
+    auto b = d->batch_at(0);
+    ASSERT_TRUE(b.is_ok());
+    auto cfg = config_parse(R"({"train_micro_batch_size_per_gpu": 4,
+      "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})",
+                            "test", 1);
+    ASSERT_TRUE(cfg.is_ok());
+    auto e = initialize(*choice->model, *cfg, {.device = Device::cpu(), .seed = 1});
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    auto loss = (*e)->forward(b->tokens, b->targets);
+    ASSERT_TRUE(loss.is_ok()) << loss.status().message();
+    const double w = want[key].get<double>();
+    EXPECT_NEAR(*loss, w, 1e-5 * w) << key;
+  }
 }
 
 }  // namespace
