@@ -27,6 +27,7 @@
 #include "zt/launcher/heartbeat.h"
 #include "model_args.h"
 #include "zt/tasks/mlm.h"
+#include "zt/tools/monitor.h"
 #include "zt/tasks/reward.h"
 #include "zt/tasks/sft.h"
 #include "zt/data/prepare.h"
@@ -633,6 +634,31 @@ int cmd_train(const Args& raw_args) {
     }
     return Status::ok();
   };
+  // TensorBoard and CSV monitors (the config's tensorboard and csv_monitor blocks), rank 0:
+  // every number of a metrics record as Train/Samples/<name> against global samples, with
+  // DeepSpeed's train_loss for the step loss.
+  std::vector<std::unique_ptr<tools::Monitor>> monitors;
+  if (rank == 0) {
+    auto m = tools::monitors_from_config(cfg->blocks);
+    if (!m) return fail(m.status());
+    monitors = std::move(m).value();
+    for (const auto& mon : monitors) ZT_LOG_INFO("monitor: {}", mon->describe());
+  }
+  const auto record = [&](const nlohmann::json& rec) -> Status {
+    ZT_RETURN_IF_ERROR(metrics.write(rec));
+    if (monitors.empty()) return Status::ok();
+    std::vector<tools::MonitorEvent> events;
+    for (auto it = rec.begin(); it != rec.end(); ++it) {
+      if (it.key() == "step" || it.key() == "samples" || !it.value().is_number()) continue;
+      const std::string name = it.key() == "loss" ? "train_loss" : it.key();
+      events.push_back({"Train/Samples/" + name, it.value().get<double>(), engine.global_samples()});
+    }
+    for (const auto& mon : monitors) {
+      ZT_RETURN_IF_ERROR(mon->write(events));
+      ZT_RETURN_IF_ERROR(mon->flush());
+    }
+    return Status::ok();
+  };
   ProgressBar bar(*steps, rank == 0);
   const int64_t tokens_per_step = cfg->train_batch_size * *seq;
   double first_loss = -1, last_loss = 0;
@@ -667,7 +693,7 @@ int cmd_train(const Args& raw_args) {
                         {"skipped", st.skipped},
                         {"tokens_per_s", tps},
                         {"samples", st.samples}};
-    if (Status s = metrics.write(r); !s.is_ok()) {
+    if (Status s = record(r); !s.is_ok()) {
       bar.finish();
       return fail(s);
     }
@@ -687,7 +713,7 @@ int cmd_train(const Args& raw_args) {
                            {"eval_loss", eval_loss},
                            {"eval_perplexity", std::exp(eval_loss)},
                            {"eval_tokens", ev->count}};
-      if (Status s = metrics.write(er); !s.is_ok()) {
+      if (Status s = record(er); !s.is_ok()) {
         bar.finish();
         return fail(s);
       }
@@ -712,7 +738,7 @@ int cmd_train(const Args& raw_args) {
                            {"eval_chosen_score", ev->chosen_score},
                            {"eval_rejected_score", ev->rejected_score},
                            {"eval_pairs", ev->pairs}};
-      if (Status s = metrics.write(er); !s.is_ok()) {
+      if (Status s = record(er); !s.is_ok()) {
         bar.finish();
         return fail(s);
       }
