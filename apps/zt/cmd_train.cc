@@ -83,6 +83,9 @@ const std::vector<FlagSpec> kFlags = {
      "masked-LM pre-training on token files)",
      "TASK"},
     {"--train-on-prompt", FlagKind::kSwitch, "sft: count every next-token prediction, prompt too"},
+    {"--gradient-checkpointing", FlagKind::kSwitch,
+     "recompute each block's activations in backward, keeping only its input (the config's "
+     "activation_checkpointing.cpu_checkpointing keeps those in host memory)"},
     {"--mlm-probability", FlagKind::kValue, "mlm: share of positions selected (default 0.15)", "P"},
     {"--mask-share", FlagKind::kValue, "mlm: selected positions that become the mask (default 0.8)", "P"},
     {"--random-share", FlagKind::kValue, "mlm: selected positions that become a random token (default 0.1)", "P"},
@@ -529,8 +532,11 @@ int cmd_train(const Args& raw_args) {
     }
   };
 
-  auto engine_r = initialize(
-      model, *cfg, {.device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()});
+  auto engine_r = initialize(model, *cfg,
+                             {.device = device,
+                              .seed = static_cast<uint64_t>(*seed),
+                              .comm = comm->get(),
+                              .activation_checkpointing = a.has("--gradient-checkpointing")});
   if (!engine_r) return fail(engine_r.status());
   Engine& engine = **engine_r;
 

@@ -55,6 +55,18 @@ assert abs(ev["loss"] - last["eval_loss"]) < 2e-3 * max(1.0, last["eval_loss"])
 PY
 grep -q "sft: 2000 examples" "$tmp/err" && ok "the data summary is logged" || bad "no data summary: $(head -3 "$tmp/err")"
 
+# --gradient-checkpointing trains bit for bit as without it.
+for gc in "" --gradient-checkpointing; do
+  "$zt" train --task sft --model llama-tiny --config "$tmp/ds.json" --data "$tmp/train.jsonl" \
+    --steps 4 --seq-len 24 --device cpu --sample-tokens 0 $gc --metrics-out "$tmp/gc$gc.jsonl" \
+    >/dev/null 2>"$tmp/gc_err" || bad "run ${gc:-without checkpointing}: $(tail -2 "$tmp/gc_err")"
+done
+python3 - "$tmp/gc.jsonl" "$tmp/gc--gradient-checkpointing.jsonl" <<'PY' && ok "--gradient-checkpointing gives the same losses" || bad "checkpointing changed the losses"
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:3])
+assert len(a) == 4 and a == b, (a, b)
+PY
+
 expect_error() {  # name, text the message must contain, args...
   local name=$1 want=$2; shift 2
   local out rc

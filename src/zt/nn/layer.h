@@ -33,6 +33,11 @@ struct Context {
   // d(total loss)/d(per-token loss): the engine sets loss_scale / (GAS * tokens per micro-batch),
   // so the head's fused cross-entropy writes gradients of the scaled, averaged loss directly.
   float dloss = 1.0f;
+  // Activation checkpointing (training only): the units that allow it keep only their input
+  // through forward and recompute their activations just before their backward; with
+  // checkpoint_to_host the kept inputs wait in host memory (DeepSpeed's cpu_checkpointing).
+  bool checkpoint_activations = false;
+  bool checkpoint_to_host = false;
 };
 
 class Unit {
@@ -43,6 +48,11 @@ class Unit {
   Unit& operator=(const Unit&) = delete;
 
   const std::string& name() const { return name_; }
+  // Activation checkpointing: whether forward may be rerun on the same input just before
+  // backward with the same result (no randomness, no state carried between calls), and the
+  // hook that drops what forward kept for backward.
+  virtual bool checkpointable() const { return false; }
+  virtual void release_activations() {}
   std::vector<Param*> params();
   // Elements of the unit's parameters including alignment gaps (the unpadded flat size).
   int64_t flat_numel() const { return flat_numel_; }

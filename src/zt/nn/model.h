@@ -39,11 +39,15 @@ class Model {
   // losses; without, it returns logits.
   Tensor forward(Context& ctx, const Tensor& input, UnitHooks* hooks = nullptr);
   // Backward through every unit in reverse order, starting from the gradient the last unit
-  // computed in its forward (fused loss). Parameter gradients accumulate.
+  // computed in its forward (fused loss). Parameter gradients accumulate. With
+  // ctx.checkpoint_activations, a checkpointable unit's forward is rerun on its kept input
+  // right before its backward (after the hooks' before_backward, which gathers its parameters).
   void backward(Context& ctx, UnitHooks* hooks = nullptr);
 
  protected:
   std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<Tensor> checkpoints_;  // per unit: its kept input (activation checkpointing)
+  bool checkpointed_ = false;        // the last training forward kept only inputs
 };
 
 }  // namespace zt::nn

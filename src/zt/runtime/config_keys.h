@@ -203,7 +203,7 @@ inline constexpr FieldSpec kFlopsProfilerFields[] = {
 inline constexpr FieldSpec kActivationCheckpointingFields[] = {
     {"partition_activations", "", K::kBool, "false", kNotActedOn},
     {"contiguous_memory_optimization", "", K::kBool, "false", kNotActedOn},
-    {"cpu_checkpointing", "", K::kBool, "false", kNotActedOn},
+    {"cpu_checkpointing", "", K::kBool, "false"},  // with --gradient-checkpointing
     {"number_checkpoints", "", K::kInt, "null", kNullable | kNotActedOn},
     {"profile", "", K::kBool, "false", kNotActedOn},
     {"synchronize_checkpoint_boundary", "", K::kBool, "false", kNotActedOn},

@@ -160,6 +160,12 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   // The CPU kernels compute in f32; bf16/fp16 there round the parameters' copy (and so every
   // product with them) to the 16-bit type. On CUDA the kernels run in the 16-bit type itself.
   ctx_.compute_dtype = dev.is_cpu() ? DType::f32 : round_dtype_;
+  ctx_.checkpoint_activations = options.activation_checkpointing;
+  if (auto it = config.blocks.find("activation_checkpointing");
+      it != config.blocks.end() && it->is_object()) {
+    ctx_.checkpoint_to_host =
+        options.activation_checkpointing && it->value("cpu_checkpointing", false);
+  }
   comm_ = options.comm;
   if (comm_ == nullptr) {
     auto c = communicator_create(DistEnv{}, dev);

@@ -35,6 +35,10 @@ struct EngineOptions {
   // ZeRO-Offload: the host steps the own chunks in pieces of at most this many elements, each
   // copied while the previous one is stepped (zero/optimizer_offload.h). Tests make it small.
   int64_t offload_piece_elements = int64_t{1} << 23;
+  // Activation checkpointing (--gradient-checkpointing): each transformer block keeps only its
+  // input through forward and recomputes its activations before its backward; the config's
+  // activation_checkpointing.cpu_checkpointing keeps those inputs in host memory.
+  bool activation_checkpointing = false;
 };
 
 // What happened at the last optimizer step (the boundary micro-batch).

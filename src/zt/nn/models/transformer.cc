@@ -187,6 +187,14 @@ Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {
   return norm2_.forward(ctx, res2_).reshape({B, T, C});
 }
 
+void TransformerBlock::release_activations() {
+  x_ = res_ = h_ = res2_ = Tensor();
+  norm1_.release();
+  norm2_.release();
+  attn_.release();
+  mlp_.release();
+}
+
 Tensor TransformerBlock::backward(Context& ctx, const Tensor& dout) {
   const DType dt = ctx.compute_dtype;
   const Stream& s = ctx.stream;

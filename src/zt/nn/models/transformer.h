@@ -101,6 +101,8 @@ class TransformerBlock : public Unit {
       : TransformerBlock(c, index, names(c, index), rotary) {}
   Tensor forward(Context& ctx, const Tensor& x) override;  // (B,T,C) -> (B,T,C)
   Tensor backward(Context& ctx, const Tensor& dout) override;
+  bool checkpointable() const override { return true; }
+  void release_activations() override;
 
  private:
   struct Names {
