@@ -344,10 +344,11 @@ int cmd_train(const Args& raw_args) {
       return fail(invalid_argument("{} belongs to --task sft", f));
     }
   }
-  for (const char* f : {"--skip-bad", "--eval-data"}) {
-    if (task != "sft" && task != "reward" && a.has(f)) {
-      return fail(invalid_argument("{} belongs to --task sft or --task reward", f));
-    }
+  if (task != "sft" && task != "reward" && a.has("--skip-bad")) {
+    return fail(invalid_argument("--skip-bad belongs to --task sft or --task reward"));
+  }
+  if (task == "pretrain" && a.has("--eval-data")) {
+    return fail(invalid_argument("--eval-data belongs to --task sft, reward or mlm"));
   }
   std::optional<tasks::SftData> sft, sft_eval_data;
   std::shared_ptr<const Tokenizer> data_tokenizer;
@@ -431,6 +432,7 @@ int cmd_train(const Args& raw_args) {
   }
   const bool jsonl = sft || reward;  // batches come from a JSON Lines dataset
   std::optional<tasks::MlmOptions> mlm;
+  std::shared_ptr<const TokenFile> mlm_eval_file;
   for (const char* f : {"--mlm-probability", "--mask-share", "--random-share", "--mask-id"}) {
     if (task != "mlm" && a.has(f)) return fail(invalid_argument("{} belongs to --task mlm", f));
   }
@@ -467,6 +469,11 @@ int cmd_train(const Args& raw_args) {
     }
     if (Status st = tasks::mlm_options_check(mo); !st.is_ok()) return fail(st);
     mlm = std::move(mo);
+    if (auto e = a.get("--eval-data")) {
+      auto f = TokenFile::open(*e);
+      if (!f) return fail(f.status().with_context("--eval-data"));
+      mlm_eval_file = std::make_shared<const TokenFile>(std::move(f).value());
+    }
   }
   std::vector<BlendSource> sources;
   std::vector<std::string> data_files;
@@ -719,6 +726,29 @@ int cmd_train(const Args& raw_args) {
                            {"eval_loss", eval_loss},
                            {"eval_perplexity", std::exp(eval_loss)},
                            {"eval_tokens", ev->count}};
+      if (Status s = record(er); !s.is_ok()) {
+        bar.finish();
+        return fail(s);
+      }
+    }
+    if (mlm_eval_file && (st.step % *eval_interval == 0 || st.step == *steps)) {
+      auto ev = tasks::mlm_eval(model, engine.eval_context(), *mlm_eval_file, *seq,
+                                cfg->train_micro_batch_size_per_gpu, *eval_steps > 0
+                                    ? *eval_steps * cfg->train_micro_batch_size_per_gpu
+                                    : 0,
+                                mc.vocab_size, *mlm, engine.hooks());
+      if (!ev) {
+        bar.finish();
+        return fail(ev.status());
+      }
+      if (rank == 0) {
+        ZT_LOG_INFO("step {}: eval loss {:.4f}, masked-token accuracy {:.4f} over {} positions of {}",
+                    st.step, ev->loss, ev->accuracy, ev->positions, *a.get("--eval-data"));
+      }
+      nlohmann::json er = {{"step", st.step},
+                           {"eval_loss", ev->loss},
+                           {"eval_accuracy", ev->accuracy},
+                           {"eval_positions", ev->positions}};
       if (Status s = record(er); !s.is_ok()) {
         bar.finish();
         return fail(s);

@@ -13,9 +13,10 @@ fails=0
 ok() { echo "ok: $1"; }
 bad() { echo "FAIL: $1"; fails=$((fails+1)); }
 
-python3 - "$tmp/train.bin" <<'PY'
+for part in train:5 eval:6; do
+python3 - "$tmp/${part%%:*}.bin" "${part##*:}" <<'PY'
 import array, random, struct, sys
-rng, t, toks = random.Random(5), 10, []
+rng, t, toks = random.Random(int(sys.argv[2])), 10, []
 for _ in range(200000):
     t = 10 + (t * 7 + rng.choice([0, 0, 0, 1])) % 240  # ids 10..249; 0..9 stay for specials
     toks.append(t)
@@ -23,13 +24,15 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
     f.write(array.array("H", toks).tobytes())
 PY
+done
 cat >"$tmp/ds.json" <<'EOF2'
 {"train_micro_batch_size_per_gpu": 16,
  "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.0}}}
 EOF2
 bert=$src/tests/fixtures/hf/bert_mlm
 "$zt" train --task mlm --model "$bert" --mask-id 4 --config "$tmp/ds.json" --data "$tmp/train.bin" \
-  --steps 60 --seq-len 32 --device cpu --metrics-out "$tmp/m.jsonl" >"$tmp/out" 2>"$tmp/err" ||
+  --steps 60 --seq-len 32 --device cpu --metrics-out "$tmp/m.jsonl" --eval-data "$tmp/eval.bin" \
+  --eval-interval 20 --eval-steps 4 >"$tmp/out" 2>"$tmp/err" ||
   bad "mlm run: $(tail -3 "$tmp/err")"
 python3 - "$tmp/m.jsonl" <<'PY' && ok "the masked-token loss falls" || bad "loss: $(tail -1 "$tmp/m.jsonl")"
 import json, sys
@@ -38,6 +41,14 @@ first = sum(x["loss"] for x in r[:5]) / 5
 last = sum(x["loss"] for x in r[-5:]) / 5
 print(f"mean loss of the first 5 steps {first:.3f}, of the last 5 {last:.3f}")
 assert len(r) == 60 and last < 0.7 * first
+PY
+python3 - "$tmp/m.jsonl" <<'PY' && ok "held-out masked-token loss falls (eval every 20 steps, 4 batches)" || bad "eval: $(grep eval_ "$tmp/m.jsonl")"
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1]) if "eval_loss" in l]
+print(f"eval loss {ev[0]['eval_loss']:.3f} -> {ev[-1]['eval_loss']:.3f}, accuracy {ev[-1]['eval_accuracy']:.3f} over {ev[-1]['eval_positions']} positions")
+assert [e["step"] for e in ev] == [20, 40, 60]
+assert ev[-1]["eval_loss"] < ev[0]["eval_loss"] and 0 <= ev[-1]["eval_accuracy"] <= 1
+assert all(e["eval_positions"] == ev[0]["eval_positions"] > 50 for e in ev)  # the same masked positions each time
 PY
 
 expect_error() {  # name, text the message must contain, args...
@@ -52,6 +63,7 @@ expect_error "no mask token" "--mask-id" "$zt" train --task mlm --model "$bert" 
 expect_error "a mask id past the vocabulary" "outside the model's vocabulary" "$zt" train --task mlm --model "$bert" --mask-id 999 "${common[@]}"
 expect_error "shares above 1" "more than 1" "$zt" train --task mlm --model "$bert" --mask-id 4 --mask-share 0.95 "${common[@]}"
 expect_error "mlm flags need --task mlm" "belongs to --task mlm" "$zt" train --model llama-tiny --mask-id 4 "${common[@]}"
+expect_error "eval data for pretraining" "--eval-data belongs" "$zt" train --model llama-tiny --eval-data "$tmp/eval.bin" "${common[@]}"
 expect_error "BERT without --task mlm" "--task mlm" "$zt" train --model "$bert" "${common[@]}"
 
 [ $fails -eq 0 ] && echo "all ok" || { echo "$fails failure(s)"; exit 1; }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include "zt/tasks/lm_loss.h"
+
 namespace zt::tasks {
 namespace {
 // A uniform double in [0, 1) from 53 bits, spelled out (std::generate_canonical differs between
@@ -62,6 +64,56 @@ void mlm_batch(Batch& batch, int rank, int world, const MlmOptions& o) {
     mlm_mask_window({x + i * T, static_cast<size_t>(T)}, {y + i * T, static_cast<size_t>(T)},
                     window, o);
   }
+}
+
+Result<MlmMetrics> mlm_eval(nn::Model& model, nn::Context ctx, const TokenFile& file, int64_t seq,
+                            int64_t micro, int64_t windows, int64_t vocab, const MlmOptions& o,
+                            nn::UnitHooks* hooks) {
+  const int64_t available = file.num_tokens() / seq;
+  if (available < 1) {
+    return invalid_argument("{}: {} tokens do not make one window of {}", file.path(),
+                            file.num_tokens(), seq);
+  }
+  if (windows <= 0 || windows > available) windows = available;
+  MlmMetrics m;
+  double sum = 0;
+  int64_t correct = 0;
+  std::vector<uint32_t> buf(static_cast<size_t>(seq));
+  for (int64_t first = 0; first < windows; first += micro) {
+    const int64_t B = std::min(micro, windows - first);
+    LmBatch b;
+    b.B = B;
+    b.T = seq;
+    b.input_ids.resize(static_cast<size_t>(B * seq));
+    b.targets.resize(static_cast<size_t>(B * seq));
+    b.attention_mask.assign(static_cast<size_t>(B * seq), 1);
+    b.token_type_ids.assign(static_cast<size_t>(B * seq), 0);
+    for (int64_t r = 0; r < B; ++r) {
+      file.read_tokens((first + r) * seq, buf);
+      int32_t* x = b.input_ids.data() + r * seq;
+      for (int64_t t = 0; t < seq; ++t) x[t] = static_cast<int32_t>(buf[static_cast<size_t>(t)]);
+      mlm_mask_window({x, static_cast<size_t>(seq)}, {b.targets.data() + r * seq, static_cast<size_t>(seq)},
+                      static_cast<uint64_t>(first + r), o);
+    }
+    LossSum ls;
+    lm_loss_accumulate(model, ctx, b, ls, hooks);
+    sum += ls.sum;
+    m.positions += ls.count;
+    const std::vector<float> logits = lm_forward(model, ctx, b, LmOutput::kLogits, hooks).to_floats();
+    const int64_t Vp = static_cast<int64_t>(logits.size()) / (B * seq);
+    for (int64_t p = 0; p < B * seq; ++p) {
+      if (b.targets[static_cast<size_t>(p)] < 0) continue;
+      const float* row = logits.data() + p * Vp;
+      int64_t best = 0;
+      for (int64_t v = 1; v < vocab; ++v) best = row[v] > row[best] ? v : best;
+      correct += best == b.targets[static_cast<size_t>(p)];
+    }
+  }
+  if (m.positions > 0) {
+    m.loss = sum / static_cast<double>(m.positions);
+    m.accuracy = static_cast<double>(correct) / static_cast<double>(m.positions);
+  }
+  return m;
 }
 
 }  // namespace zt::tasks

@@ -13,6 +13,8 @@
 
 #include "zt/core/status.h"
 #include "zt/data/batch_sampler.h"
+#include "zt/data/token_file.h"
+#include "zt/nn/model.h"
 
 namespace zt::tasks {
 
@@ -37,5 +39,19 @@ void mlm_mask_window(std::span<int32_t> tokens, std::span<int32_t> labels, uint6
 // A BatchSampler batch (rank `rank` of `world`, B rows, global batch batch.index) as an MLM
 // batch: tokens masked, targets = labels (not shifted: a masked LM predicts position t at t).
 void mlm_batch(Batch& batch, int rank, int world, const MlmOptions& o);
+
+struct MlmMetrics {
+  double loss = 0;      // mean over the selected positions
+  double accuracy = 0;  // share of selected positions whose most likely token is the label
+  int64_t positions = 0;
+};
+
+// Held-out evaluation: the first `windows` sequential windows of `seq` tokens of `file`, masked
+// as training masks them (the window numbers count from 0 in this file, so every evaluation
+// masks the same positions), in eval mode, `micro` rows per forward; `hooks` gathers ZeRO-3
+// parameters. `vocab` bounds the argmax (the padded columns are not tokens).
+Result<MlmMetrics> mlm_eval(nn::Model& model, nn::Context ctx, const TokenFile& file, int64_t seq,
+                            int64_t micro, int64_t windows, int64_t vocab, const MlmOptions& o,
+                            nn::UnitHooks* hooks = nullptr);
 
 }  // namespace zt::tasks
