@@ -346,6 +346,7 @@ struct JsonlDataset::Plan {
   int64_t epoch = -1;
   std::vector<std::vector<int64_t>> rows;
   int64_t num_batches = 0;
+  std::vector<int64_t> epoch_ends;  // batch_at: batches before the end of epoch 0, 1, ...
 };
 
 JsonlDataset::JsonlDataset(JsonlDataset&&) noexcept = default;
@@ -578,6 +579,26 @@ const JsonlDataset::Plan& JsonlDataset::plan(int64_t epoch) const {
 int64_t JsonlDataset::num_batches(int64_t epoch) const {
   std::lock_guard<std::mutex> lock(plan_->mu);
   return plan(epoch).num_batches;
+}
+
+Result<JsonlBatch> JsonlDataset::batch_at(int64_t g) const {
+  int64_t epoch = 0, first = 0;
+  {
+    std::lock_guard<std::mutex> lock(plan_->mu);
+    std::vector<int64_t>& ends = plan_->epoch_ends;
+    while (ends.empty() || ends.back() <= g) {
+      const int64_t n = plan(static_cast<int64_t>(ends.size())).num_batches;
+      if (n < 1) {
+        return invalid_argument("{}: epoch {} has no whole batch of {} rows on each of {} rank(s)",
+                                file_.path(), ends.size(), options_.batch_size,
+                                options_.world_size);
+      }
+      ends.push_back((ends.empty() ? 0 : ends.back()) + n);
+    }
+    epoch = std::upper_bound(ends.begin(), ends.end(), g) - ends.begin();
+    first = epoch == 0 ? 0 : ends[static_cast<size_t>(epoch - 1)];
+  }
+  return batch(epoch, g - first);
 }
 
 // Row `row` of `out` from `examples` laid end to end (one example unless packing). In a packed

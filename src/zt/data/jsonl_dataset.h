@@ -226,6 +226,9 @@ class JsonlDataset {
   // B rows.
   int64_t num_batches(int64_t epoch) const;
   Result<JsonlBatch> batch(int64_t epoch, int64_t b) const;
+  // Batch g of a whole run, the epochs following each other (training's global batch number).
+  // Each epoch's batch count is found once and kept, so a step does not replan earlier epochs.
+  Result<JsonlBatch> batch_at(int64_t g) const;
 
  private:
   struct Plan;

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "zt/core/tensor.h"
+#include "zt/tasks/sft.h"
 #include "zt/nn/models/family_names.h"
 
 namespace zt::tasks {
@@ -62,22 +63,8 @@ std::vector<int32_t> reward_targets(const JsonlBatch& batch) {
 }
 
 Result<Batch> RewardData::batch_at(int64_t g) const {
-  int64_t epoch = 0;
-  while (true) {
-    const int64_t n = dataset_.num_batches(epoch);
-    if (g < n) break;
-    g -= n;
-    ++epoch;
-  }
-  ZT_ASSIGN_OR_RETURN(JsonlBatch jb, dataset_.batch(epoch, g));
-  Batch out;
-  out.index = g;
-  out.tokens = Tensor::empty({jb.B, jb.T}, DType::i32, Device::cpu());
-  out.targets = Tensor::empty({jb.B, jb.T}, DType::i32, Device::cpu());
-  const std::vector<int32_t> targets = reward_targets(jb);
-  std::copy(jb.input_ids.begin(), jb.input_ids.end(), out.tokens.data<int32_t>());
-  std::copy(targets.begin(), targets.end(), out.targets.data<int32_t>());
-  return out;
+  ZT_ASSIGN_OR_RETURN(JsonlBatch jb, dataset_.batch_at(g));
+  return host_batch(jb.B, jb.T, jb.input_ids, reward_targets(jb), g);
 }
 
 Result<JsonlBatch> RewardData::eval_batch(int64_t b) const {

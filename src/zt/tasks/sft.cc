@@ -47,24 +47,22 @@ Result<SftData> SftData::open(const std::string& path, std::shared_ptr<const Tok
   return SftData(std::move(ds));
 }
 
-Result<Batch> SftData::batch_at(int64_t g) const {
-  int64_t epoch = 0;
-  while (true) {
-    const int64_t n = dataset_.num_batches(epoch);
-    if (g < n) break;
-    g -= n;
-    ++epoch;
-  }
-  ZT_ASSIGN_OR_RETURN(JsonlBatch jb, dataset_.batch(epoch, g));
+Batch host_batch(int64_t B, int64_t T, const std::vector<int32_t>& tokens,
+                 const std::vector<int32_t>& targets, int64_t index) {
   Batch out;
-  out.index = g;
-  out.tokens = Tensor::empty({jb.B, jb.T}, DType::i32, Device::cpu());
-  out.targets = Tensor::empty({jb.B, jb.T}, DType::i32, Device::cpu());
-  std::vector<int32_t> targets;
-  labels_to_targets(jb.labels, jb.B, jb.T, targets);
-  std::copy(jb.input_ids.begin(), jb.input_ids.end(), out.tokens.data<int32_t>());
+  out.index = index;
+  out.tokens = Tensor::empty({B, T}, DType::i32, Device::cpu());
+  out.targets = Tensor::empty({B, T}, DType::i32, Device::cpu());
+  std::copy(tokens.begin(), tokens.end(), out.tokens.data<int32_t>());
   std::copy(targets.begin(), targets.end(), out.targets.data<int32_t>());
   return out;
+}
+
+Result<Batch> SftData::batch_at(int64_t g) const {
+  ZT_ASSIGN_OR_RETURN(JsonlBatch jb, dataset_.batch_at(g));
+  std::vector<int32_t> targets;
+  labels_to_targets(jb.labels, jb.B, jb.T, targets);
+  return host_batch(jb.B, jb.T, jb.input_ids, targets, g);
 }
 
 Result<LmBatch> SftData::eval_batch(int64_t b) const {

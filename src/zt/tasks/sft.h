@@ -53,6 +53,10 @@ class SftData {
   JsonlDataset dataset_;
 };
 
+// A host batch (B, T) i32 of `tokens` and `targets`, numbered `index`.
+Batch host_batch(int64_t B, int64_t T, const std::vector<int32_t>& tokens,
+                 const std::vector<int32_t>& targets, int64_t index);
+
 // Next-token targets from labels aligned with the tokens (transformers' convention): target[t]
 // = labels[t + 1] within a row, -100 at the row's last position.
 void labels_to_targets(const std::vector<int32_t>& labels, int64_t B, int64_t T,
