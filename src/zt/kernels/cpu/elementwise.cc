@@ -1,14 +1,13 @@
 // CPU reference of the elementwise helpers (contract in kernels/ops.h): dtype casts among the
 // float types, scaling, the inf/nan check of a scaled gradient, and the sum of squares for the
-// global gradient norm. Assumes contiguous CPU tensors. 16-bit values are converted through
-// zt/core/half.h (round to nearest even); f64 -> bf16/f16 rounds through f32, as PyTorch does.
-// Arithmetic is f64 for f64 tensors and f32 otherwise, as the CUDA kernels compute.
+// global gradient norm. Assumes contiguous CPU tensors. Element access is cpu/float_elem.h's;
+// f64 -> bf16/f16 rounds through f32, as PyTorch does.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
-#include "zt/core/half.h"
 #include "zt/kernels/cpu/cpu_ops.h"
+#include "zt/kernels/cpu/float_elem.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -17,53 +16,6 @@ namespace {
 // team costs more than it saves, and tiny ops are common (finite-difference tests, small
 // models).
 constexpr int64_t kParallelMinWork = int64_t{1} << 15;
-
-template <typename T>
-using MathType = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename T>
-MathType<T> elem_load(T x) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    return bf16_to_float(x);
-  } else if constexpr (std::is_same_v<T, f16_t>) {
-    return f16_to_float(x);
-  } else {
-    return x;
-  }
-}
-
-template <typename T, typename V>
-T elem_store(V x) {
-  if constexpr (std::is_same_v<T, bf16_t>) {
-    return float_to_bf16(static_cast<float>(x));
-  } else if constexpr (std::is_same_v<T, f16_t>) {
-    return float_to_f16(static_cast<float>(x));
-  } else {
-    return static_cast<T>(x);
-  }
-}
-
-// Calls f(T{}) with T the host type of the float dtype `dt`.
-template <typename F>
-void float_dtype_visit(DType dt, const char* op, F&& f) {
-  switch (dt) {
-    case DType::f32:
-      f(float{});
-      return;
-    case DType::f64:
-      f(double{});
-      return;
-    case DType::bf16:
-      f(bf16_t{});
-      return;
-    case DType::f16:
-      f(f16_t{});
-      return;
-    default:
-      ZT_ASSERT(false, "{}: dtype {} is not a float type (f32, f64, bf16, f16)", op,
-                dtype_name(dt));
-  }
-}
 
 template <typename D, typename S>
 void cast_impl(D* dst, const S* src, int64_t n) {

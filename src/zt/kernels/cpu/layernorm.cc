@@ -37,24 +37,27 @@ void layernorm_forward_impl(T* out, T* mean, T* rstd, const T* in, const T* weig
 }
 
 // din (and dout, dresidual) may alias one another: each element is read before it is written.
+// dweight and dbias may each be null (a frozen parameter, not computed).
 template <typename T>
 void layernorm_backward_impl(T* din, T* dweight, T* dbias, const T* dout, const T* in,
                              const T* weight, const T* mean, const T* rstd, const T* dresidual,
                              int64_t N, int64_t C) {
   // Parameter gradients first: they read dout, which din may overwrite. Threads split the
   // columns, each summing over all rows, so the accumulation (+=) has no write races.
+  if (dweight || dbias) {
 #pragma omp parallel for if (parallel : N * C >= kParallelMinWork)
-  for (int64_t c = 0; c < C; ++c) {
-    T dw = 0;
-    T db = 0;
-    for (int64_t i = 0; i < N; ++i) {
-      const T g = dout[i * C + c];
-      const T norm = (in[i * C + c] - mean[i]) * rstd[i];
-      dw += norm * g;
-      db += g;
+    for (int64_t c = 0; c < C; ++c) {
+      T dw = 0;
+      T db = 0;
+      for (int64_t i = 0; i < N; ++i) {
+        const T g = dout[i * C + c];
+        const T norm = (in[i * C + c] - mean[i]) * rstd[i];
+        dw += norm * g;
+        db += g;
+      }
+      if (dweight) dweight[c] += dw;
+      if (dbias) dbias[c] += db;
     }
-    dweight[c] += dw;
-    dbias[c] += db;
   }
   // din = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = weight * dout.
 #pragma omp parallel for if (parallel : N * C >= kParallelMinWork)
@@ -132,15 +135,18 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                         const Tensor& in, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd, const Tensor* dresidual, const Stream& s) {
-  ZT_ASSERT(din.device().is_cpu() && dweight.device().is_cpu() && dbias.device().is_cpu() &&
-                dout.device().is_cpu() && in.device().is_cpu() && weight.device().is_cpu() &&
-                mean.device().is_cpu() && rstd.device().is_cpu() &&
-                (!dresidual || dresidual->device().is_cpu()),
+  // An undefined dweight or dbias is a frozen parameter: its gradient is not computed.
+  const bool with_dweight = dweight.defined();
+  const bool with_dbias = dbias.defined();
+  ZT_ASSERT(din.device().is_cpu() && (!with_dweight || dweight.device().is_cpu()) &&
+                (!with_dbias || dbias.device().is_cpu()) && dout.device().is_cpu() &&
+                in.device().is_cpu() && weight.device().is_cpu() && mean.device().is_cpu() &&
+                rstd.device().is_cpu() && (!dresidual || dresidual->device().is_cpu()),
             "layernorm_backward (cpu): all tensors must be on the CPU");
-  ZT_ASSERT(
-      weight.ndim() == 1 && dweight.shape() == weight.shape() && dbias.shape() == weight.shape(),
-      "layernorm_backward: weight {}, dweight {}, dbias {} must all be (C)", weight.shape().str(),
-      dweight.shape().str(), dbias.shape().str());
+  ZT_ASSERT(weight.ndim() == 1 && (!with_dweight || dweight.shape() == weight.shape()) &&
+                (!with_dbias || dbias.shape() == weight.shape()),
+            "layernorm_backward: weight {}, dweight {}, dbias {} must all be (C)",
+            weight.shape().str(), dweight.shape().str(), dbias.shape().str());
   const int64_t C = weight.size(0);
   const int64_t N = layernorm_rows(in, C, "layernorm_backward", "in");
   ZT_ASSERT(din.shape() == in.shape() && dout.shape() == in.shape() &&
@@ -158,23 +164,25 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
             "dtype {}",
             dtype_name(din.dtype()), dtype_name(dout.dtype()), dtype_name(weight.dtype()),
             dtype_name(dt));
-  ZT_ASSERT(
-      dweight.dtype() == acc && dbias.dtype() == acc && mean.dtype() == acc && rstd.dtype() == acc,
-      "layernorm_backward: dweight {}, dbias {}, mean {}, rstd {} must be the accum dtype {}",
-      dtype_name(dweight.dtype()), dtype_name(dbias.dtype()), dtype_name(mean.dtype()),
-      dtype_name(rstd.dtype()), dtype_name(acc));
+  ZT_ASSERT((!with_dweight || dweight.dtype() == acc) && (!with_dbias || dbias.dtype() == acc) &&
+                mean.dtype() == acc && rstd.dtype() == acc,
+            "layernorm_backward: dweight {}, dbias {}, mean {}, rstd {} must be the accum dtype {}",
+            dtype_name(dweight.dtype()), dtype_name(dbias.dtype()), dtype_name(mean.dtype()),
+            dtype_name(rstd.dtype()), dtype_name(acc));
   if (dt == DType::f32) {
-    layernorm_backward_impl(din.data<float>(), dweight.data<float>(), dbias.data<float>(),
-                            dout.data<float>(), in.data<float>(), weight.data<float>(),
-                            mean.data<float>(), rstd.data<float>(),
-                            dresidual ? dresidual->data<float>() : nullptr, N, C);
+    layernorm_backward_impl(din.data<float>(), with_dweight ? dweight.data<float>() : nullptr,
+                            with_dbias ? dbias.data<float>() : nullptr, dout.data<float>(),
+                            in.data<float>(), weight.data<float>(), mean.data<float>(),
+                            rstd.data<float>(), dresidual ? dresidual->data<float>() : nullptr, N,
+                            C);
   } else {
     ZT_ASSERT(dt == DType::f64, "layernorm_backward: CPU compute dtype must be f32 or f64, got {}",
               dtype_name(dt));
-    layernorm_backward_impl(din.data<double>(), dweight.data<double>(), dbias.data<double>(),
-                            dout.data<double>(), in.data<double>(), weight.data<double>(),
-                            mean.data<double>(), rstd.data<double>(),
-                            dresidual ? dresidual->data<double>() : nullptr, N, C);
+    layernorm_backward_impl(din.data<double>(), with_dweight ? dweight.data<double>() : nullptr,
+                            with_dbias ? dbias.data<double>() : nullptr, dout.data<double>(),
+                            in.data<double>(), weight.data<double>(), mean.data<double>(),
+                            rstd.data<double>(), dresidual ? dresidual->data<double>() : nullptr, N,
+                            C);
   }
 }
 

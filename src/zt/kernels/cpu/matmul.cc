@@ -77,8 +77,9 @@ void matmul_backward_impl(T* din, T* dweight, T* dbias, const T* dout, const T* 
   if (din) {  // din (N,K) = dout (N,M) @ weight (M,K), written.
     gemm(CblasNoTrans, CblasNoTrans, d.N, d.K, d.M, T{1}, dout, d.M, weight, d.K, T{0}, din, d.K);
   }
-  // dweight (M,K) += dout^T (M,N) @ in (N,K): beta = 1 accumulates.
-  gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, T{1}, dout, d.M, in, d.K, T{1}, dweight, d.K);
+  if (dweight) {  // dweight (M,K) += dout^T (M,N) @ in (N,K): beta = 1 accumulates.
+    gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, T{1}, dout, d.M, in, d.K, T{1}, dweight, d.K);
+  }
   if (dbias) {
 #pragma omp parallel for if (parallel : d.N * d.M >= kParallelMinWork)
     for (int64_t j = 0; j < d.M; ++j) {
@@ -116,15 +117,18 @@ void matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const T
 
 void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& dout,
                      const Tensor& in, const Tensor& weight, const Stream& s) {
-  ZT_ASSERT((!din || din->device().is_cpu()) && dweight.device().is_cpu() &&
+  // An undefined dweight is a frozen weight: its gradient is not computed.
+  const bool with_dweight = dweight.defined();
+  ZT_ASSERT((!din || din->device().is_cpu()) && (!with_dweight || dweight.device().is_cpu()) &&
                 (!dbias || dbias->device().is_cpu()) && dout.device().is_cpu() &&
                 in.device().is_cpu() && weight.device().is_cpu(),
             "matmul_backward (cpu): all tensors must be on the CPU");
   const MatmulDims d = matmul_dims(in, weight, dout, "matmul_backward", "dout");
   ZT_ASSERT(!din || din->shape() == in.shape(), "matmul_backward: din {} differs from in {}",
             din ? din->shape().str() : "", in.shape().str());
-  ZT_ASSERT(dweight.shape() == weight.shape(), "matmul_backward: dweight {} differs from weight {}",
-            dweight.shape().str(), weight.shape().str());
+  ZT_ASSERT(!with_dweight || dweight.shape() == weight.shape(),
+            "matmul_backward: dweight {} differs from weight {}", dweight.shape().str(),
+            weight.shape().str());
   ZT_ASSERT(!dbias || (dbias->ndim() == 1 && dbias->size(0) == d.M),
             "matmul_backward: dbias {} must be (M) = ({})", dbias ? dbias->shape().str() : "", d.M);
   const DType dt = in.dtype();
@@ -132,17 +136,19 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   ZT_ASSERT(dout.dtype() == dt && weight.dtype() == dt && (!din || din->dtype() == dt),
             "matmul_backward: dout {}, weight {} (and din) must be the compute dtype {}",
             dtype_name(dout.dtype()), dtype_name(weight.dtype()), dtype_name(dt));
-  ZT_ASSERT(dweight.dtype() == acc && (!dbias || dbias->dtype() == acc),
+  ZT_ASSERT((!with_dweight || dweight.dtype() == acc) && (!dbias || dbias->dtype() == acc),
             "matmul_backward: dweight {} (and dbias) must be the accum dtype {}",
             dtype_name(dweight.dtype()), dtype_name(acc));
   if (dt == DType::f32) {
-    matmul_backward_impl(din ? din->data<float>() : nullptr, dweight.data<float>(),
+    matmul_backward_impl(din ? din->data<float>() : nullptr,
+                         with_dweight ? dweight.data<float>() : nullptr,
                          dbias ? dbias->data<float>() : nullptr, dout.data<float>(),
                          in.data<float>(), weight.data<float>(), d);
   } else {
     ZT_ASSERT(dt == DType::f64, "matmul_backward: CPU compute dtype must be f32 or f64, got {}",
               dtype_name(dt));
-    matmul_backward_impl(din ? din->data<double>() : nullptr, dweight.data<double>(),
+    matmul_backward_impl(din ? din->data<double>() : nullptr,
+                         with_dweight ? dweight.data<double>() : nullptr,
                          dbias ? dbias->data<double>() : nullptr, dout.data<double>(),
                          in.data<double>(), weight.data<double>(), d);
   }

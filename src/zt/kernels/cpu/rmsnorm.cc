@@ -33,16 +33,19 @@ void rmsnorm_forward_impl(T* out, T* rstd, const T* in, const T* weight, T eps, 
 // With norm = x r and dnorm = weight dout:
 // din = r (dnorm - norm mean(dnorm norm)) [+ dresidual]; dweight += sum over rows of dout norm.
 // din (and dout, dresidual) may alias one another: each element is read before it is written.
+// dweight may be null (a frozen weight, not computed).
 template <typename T>
 void rmsnorm_backward_impl(T* din, T* dweight, const T* dout, const T* in, const T* weight,
                            const T* rstd, const T* dresidual, int64_t N, int64_t C) {
   // Parameter gradient first: it reads dout, which din may overwrite. Threads split the columns,
   // each summing over all rows, so the accumulation (+=) has no write races.
+  if (dweight) {
 #pragma omp parallel for if (parallel : N * C >= kParallelMinWork)
-  for (int64_t c = 0; c < C; ++c) {
-    T dw = 0;
-    for (int64_t i = 0; i < N; ++i) dw += dout[i * C + c] * in[i * C + c] * rstd[i];
-    dweight[c] += dw;
+    for (int64_t c = 0; c < C; ++c) {
+      T dw = 0;
+      for (int64_t i = 0; i < N; ++i) dw += dout[i * C + c] * in[i * C + c] * rstd[i];
+      dweight[c] += dw;
+    }
   }
 #pragma omp parallel for if (parallel : N * C >= kParallelMinWork)
   for (int64_t i = 0; i < N; ++i) {
@@ -107,11 +110,13 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& in, const Tensor& 
 void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Tensor& in,
                       const Tensor& weight, const Tensor& rstd, const Tensor* dresidual,
                       const Stream& s) {
-  ZT_ASSERT(din.device().is_cpu() && dweight.device().is_cpu() && dout.device().is_cpu() &&
-                in.device().is_cpu() && weight.device().is_cpu() && rstd.device().is_cpu() &&
-                (!dresidual || dresidual->device().is_cpu()),
+  // An undefined dweight is a frozen weight: its gradient is not computed.
+  const bool with_dweight = dweight.defined();
+  ZT_ASSERT(din.device().is_cpu() && (!with_dweight || dweight.device().is_cpu()) &&
+                dout.device().is_cpu() && in.device().is_cpu() && weight.device().is_cpu() &&
+                rstd.device().is_cpu() && (!dresidual || dresidual->device().is_cpu()),
             "rmsnorm_backward (cpu): all tensors must be on the CPU");
-  ZT_ASSERT(weight.ndim() == 1 && dweight.shape() == weight.shape(),
+  ZT_ASSERT(weight.ndim() == 1 && (!with_dweight || dweight.shape() == weight.shape()),
             "rmsnorm_backward: weight {} and dweight {} must both be (C)", weight.shape().str(),
             dweight.shape().str());
   const int64_t C = weight.size(0);
@@ -130,19 +135,20 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
             "dtype {}",
             dtype_name(din.dtype()), dtype_name(dout.dtype()), dtype_name(weight.dtype()),
             dtype_name(dt));
-  ZT_ASSERT(dweight.dtype() == acc && rstd.dtype() == acc,
+  ZT_ASSERT((!with_dweight || dweight.dtype() == acc) && rstd.dtype() == acc,
             "rmsnorm_backward: dweight {} and rstd {} must be the accum dtype {}",
             dtype_name(dweight.dtype()), dtype_name(rstd.dtype()), dtype_name(acc));
   if (dt == DType::f32) {
-    rmsnorm_backward_impl(din.data<float>(), dweight.data<float>(), dout.data<float>(),
-                          in.data<float>(), weight.data<float>(), rstd.data<float>(),
-                          dresidual ? dresidual->data<float>() : nullptr, N, C);
+    rmsnorm_backward_impl(din.data<float>(), with_dweight ? dweight.data<float>() : nullptr,
+                          dout.data<float>(), in.data<float>(), weight.data<float>(),
+                          rstd.data<float>(), dresidual ? dresidual->data<float>() : nullptr, N, C);
   } else {
     ZT_ASSERT(dt == DType::f64, "rmsnorm_backward: CPU compute dtype must be f32 or f64, got {}",
               dtype_name(dt));
-    rmsnorm_backward_impl(din.data<double>(), dweight.data<double>(), dout.data<double>(),
-                          in.data<double>(), weight.data<double>(), rstd.data<double>(),
-                          dresidual ? dresidual->data<double>() : nullptr, N, C);
+    rmsnorm_backward_impl(din.data<double>(), with_dweight ? dweight.data<double>() : nullptr,
+                          dout.data<double>(), in.data<double>(), weight.data<double>(),
+                          rstd.data<double>(), dresidual ? dresidual->data<double>() : nullptr, N,
+                          C);
   }
 }
 

@@ -2,8 +2,9 @@
 // caller's eps, biased variance, as the CPU reference. One warp per row; statistics and parameter
 // gradients in f32. Backward: each block sums its rows' dweight/dbias contributions in shared
 // memory, then adds them to the f32 gradients with one atomic per column, so dweight/dbias
-// accumulate (+=). din may alias dout or dresidual: each lane reads an element before it writes the
-// same element.
+// accumulate (+=); an undefined one (a frozen parameter) is not computed, and with neither the
+// kernel uses no shared memory. din may alias dout or dresidual: each lane reads an element before
+// it writes the same element.
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 
@@ -43,17 +44,21 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 }
 
 // din = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)) [+ dresidual], dnorm = weight dout,
-// norm = (x - mean) rstd. Shared memory: dweight then dbias partial sums, C floats each.
+// norm = (x - mean) rstd. Shared memory: dweight then dbias partial sums, C floats each, when
+// either is given (null: not computed); none when neither is.
 template <typename T>
 __global__ void layernorm_backward_kernel(T* din, float* dweight, float* dbias, const T* dout,
                                           const T* in, const T* weight, const float* mean,
                                           const float* rstd, const T* dresidual, int64_t rows,
                                           int C) {
   extern __shared__ float smem[];
+  const bool grads = dweight != nullptr || dbias != nullptr;
   float* s_dw = smem;
   float* s_db = smem + C;
-  for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) smem[c] = 0.0f;
-  __syncthreads();
+  if (grads) {
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) smem[c] = 0.0f;
+    __syncthreads();
+  }
 
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -80,14 +85,15 @@ __global__ void layernorm_backward_kernel(T* din, float* dweight, float* dbias, 
       float v = (to_f32(weight[c]) * gc - mean_dnorm - norm * mean_dnorm_norm) * r;
       if (dres != nullptr) v += to_f32(dres[c]);
       d[c] = from_f32<T>(v);
-      atomicAdd(s_dw + c, gc * norm);
-      atomicAdd(s_db + c, gc);
+      if (dweight != nullptr) atomicAdd(s_dw + c, gc * norm);
+      if (dbias != nullptr) atomicAdd(s_db + c, gc);
     }
   }
+  if (!grads) return;
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    atomicAdd(dweight + c, s_dw[c]);
-    atomicAdd(dbias + c, s_db[c]);
+    if (dweight != nullptr) atomicAdd(dweight + c, s_dw[c]);
+    if (dbias != nullptr) atomicAdd(dbias + c, s_db[c]);
   }
 }
 
@@ -154,10 +160,17 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
   check_numel(din, in.numel(), op, "din");
   check_dtype(dout, in.dtype(), op, "dout");
   check_numel(dout, in.numel(), op, "dout");
-  check_dtype(dweight, DType::f32, op, "dweight");
-  check_numel(dweight, sh.C, op, "dweight");
-  check_dtype(dbias, DType::f32, op, "dbias");
-  check_numel(dbias, sh.C, op, "dbias");
+  // An undefined dweight or dbias is a frozen parameter: its gradient is not computed.
+  const bool with_dweight = dweight.defined();
+  const bool with_dbias = dbias.defined();
+  if (with_dweight) {
+    check_dtype(dweight, DType::f32, op, "dweight");
+    check_numel(dweight, sh.C, op, "dweight");
+  }
+  if (with_dbias) {
+    check_dtype(dbias, DType::f32, op, "dbias");
+    check_numel(dbias, sh.C, op, "dbias");
+  }
   check_dtype(mean, DType::f32, op, "mean");
   check_numel(mean, sh.rows, op, "mean");
   check_dtype(rstd, DType::f32, op, "rstd");
@@ -168,7 +181,8 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
   }
   if (sh.rows == 0) return;
   DeviceGuard guard(in.device());
-  const size_t smem = 2 * static_cast<size_t>(sh.C) * sizeof(float);
+  const size_t smem =
+      with_dweight || with_dbias ? 2 * static_cast<size_t>(sh.C) * sizeof(float) : 0;
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (smem > 48 * 1024) {  // above the default limit a kernel must opt in
@@ -179,7 +193,8 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
     // About two blocks per SM: enough warps in flight, few shared-to-global flushes.
     const int64_t blocks = std::min<int64_t>(ceil_div(sh.rows, kWarpsPerBlock), 2 * sm_count());
     layernorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, stream_of(s)>>>(
-        ptr<T>(din), ptr<float>(dweight), ptr<float>(dbias), ptr<const T>(dout), ptr<const T>(in),
+        ptr<T>(din), with_dweight ? ptr<float>(dweight) : nullptr,
+        with_dbias ? ptr<float>(dbias) : nullptr, ptr<const T>(dout), ptr<const T>(in),
         ptr<const T>(weight), ptr<const float>(mean), ptr<const float>(rstd),
         dresidual != nullptr ? ptr<const T>(*dresidual) : nullptr, sh.rows, sh.C);
     ZT_CUDA_CHECK_LAUNCH();

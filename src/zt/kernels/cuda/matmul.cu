@@ -1,6 +1,7 @@
 // CUDA matmul forward/backward (contract in kernels/ops.h): out (N,M) = in (N,K) @ weight (M,K)^T
 // (+ bias). GEMMs go through gemm.cuh (cuBLASLt, fp32 accumulation); dweight accumulates in f32
-// with beta = 1 (16-bit A/B, f32 C/D); dbias is a column-sum kernel accumulating into f32.
+// with beta = 1 (16-bit A/B, f32 C/D), and an undefined dweight (a frozen weight) skips that GEMM;
+// dbias is a column-sum kernel accumulating into f32.
 // Assumes contiguous row-major tensors; any leading shape of `in` is flattened into N rows.
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
@@ -106,8 +107,10 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   const int64_t N = in.numel() / K;
   check_dtype(dout, dt, op, "dout");
   check_numel(dout, N * M, op, "dout");
-  check_dtype(dweight, DType::f32, op, "dweight");
-  check_numel(dweight, M * K, op, "dweight");
+  if (dweight.defined()) {
+    check_dtype(dweight, DType::f32, op, "dweight");
+    check_numel(dweight, M * K, op, "dweight");
+  }
   DeviceGuard guard(in.device());
   const cudaStream_t stream = stream_of(s);
 
@@ -125,7 +128,7 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
     g.c_dtype = dt;
     gemm(g, stream);
   }
-  {
+  if (dweight.defined()) {
     GemmArgs g;  // dweight (M,K) += dout^T (M,N) @ in (N,K)
     g.rows = M;
     g.cols = K;

@@ -4,7 +4,8 @@
 // dtype before multiplying by the weight, as transformers' LlamaRMSNorm does
 // (`weight * hidden.to(input_dtype)`), so bf16 outputs match it; the backward differentiates the
 // unrounded function in f32. Backward: each block sums its rows' dweight contributions in shared
-// memory, then adds them to the f32 gradient with one atomic per column (dweight +=).
+// memory, then adds them to the f32 gradient with one atomic per column (dweight +=); an undefined
+// dweight (a frozen weight) is not computed, and the kernel then uses no shared memory.
 // din may alias dout or dresidual: each lane reads an element before it writes the same element.
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
@@ -42,14 +43,17 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* in, const T
 }
 
 // din = rstd (dnorm - norm mean(dnorm norm)) [+ dresidual], dnorm = weight dout, norm = x rstd.
-// Shared memory: the block's dweight partial sums, C floats.
+// Shared memory: the block's dweight partial sums, C floats; none when dweight is null (not
+// computed).
 template <typename T>
 __global__ void rmsnorm_backward_kernel(T* din, float* dweight, const T* dout, const T* in,
                                         const T* weight, const float* rstd, const T* dresidual,
                                         int64_t rows, int C) {
   extern __shared__ float s_dw[];
-  for (int c = threadIdx.x; c < C; c += blockDim.x) s_dw[c] = 0.0f;
-  __syncthreads();
+  if (dweight != nullptr) {
+    for (int c = threadIdx.x; c < C; c += blockDim.x) s_dw[c] = 0.0f;
+    __syncthreads();
+  }
 
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
@@ -71,9 +75,10 @@ __global__ void rmsnorm_backward_kernel(T* din, float* dweight, const T* dout, c
       float v = (to_f32(weight[c]) * gc - norm * mean_dnorm_norm) * r;
       if (dres != nullptr) v += to_f32(dres[c]);
       d[c] = from_f32<T>(v);
-      atomicAdd(s_dw + c, gc * norm);
+      if (dweight != nullptr) atomicAdd(s_dw + c, gc * norm);
     }
   }
+  if (dweight == nullptr) return;
   __syncthreads();
   for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dweight + c, s_dw[c]);
 }
@@ -134,8 +139,12 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
   check_numel(din, in.numel(), op, "din");
   check_dtype(dout, in.dtype(), op, "dout");
   check_numel(dout, in.numel(), op, "dout");
-  check_dtype(dweight, DType::f32, op, "dweight");
-  check_numel(dweight, sh.C, op, "dweight");
+  // An undefined dweight is a frozen weight: its gradient is not computed.
+  const bool with_dweight = dweight.defined();
+  if (with_dweight) {
+    check_dtype(dweight, DType::f32, op, "dweight");
+    check_numel(dweight, sh.C, op, "dweight");
+  }
   check_dtype(rstd, DType::f32, op, "rstd");
   check_numel(rstd, sh.rows, op, "rstd");
   if (dresidual != nullptr) {
@@ -144,7 +153,7 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
   }
   if (sh.rows == 0) return;
   DeviceGuard guard(in.device());
-  const size_t smem = static_cast<size_t>(sh.C) * sizeof(float);
+  const size_t smem = with_dweight ? static_cast<size_t>(sh.C) * sizeof(float) : 0;
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if (smem > 48 * 1024) {  // above the default limit a kernel must opt in
@@ -155,8 +164,8 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
     // About two blocks per SM: enough warps in flight, few shared-to-global flushes.
     const int64_t blocks = std::min<int64_t>(ceil_div(sh.rows, kWarpsPerBlock), 2 * sm_count());
     rmsnorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, stream_of(s)>>>(
-        ptr<T>(din), ptr<float>(dweight), ptr<const T>(dout), ptr<const T>(in),
-        ptr<const T>(weight), ptr<const float>(rstd),
+        ptr<T>(din), with_dweight ? ptr<float>(dweight) : nullptr, ptr<const T>(dout),
+        ptr<const T>(in), ptr<const T>(weight), ptr<const float>(rstd),
         dresidual != nullptr ? ptr<const T>(*dresidual) : nullptr, sh.rows, sh.C);
     ZT_CUDA_CHECK_LAUNCH();
   });
