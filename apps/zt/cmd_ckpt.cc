@@ -16,6 +16,7 @@ namespace {
 
 constexpr const char* kUsage = R"(Usage: zt ckpt to-fp32 CKPT_DIR OUT_DIR [--tag TAG] [--max-shard-size 5GB]
        zt ckpt export-hf SRC OUT_DIR [--tag TAG] [--dtype f32|bf16|f16] [--max-shard-size 5GB]
+                         [--adapter-only]
        zt ckpt inspect CKPT_DIR [--tag TAG] [--verify]
 
 to-fp32   the full fp32 weights of a checkpoint saved at any world size and ZeRO stage, as
@@ -27,7 +28,10 @@ export-hf a checkpoint (SRC with `latest` or a global_step folder) or a model di
           dropped) in model.safetensors or shards of --max-shard-size (default 5GB = 5e9 bytes,
           as transformers) with model.safetensors.index.json, and the tokenizer files beside a
           model directory. --dtype: default the source files' dtype (a model directory) or f32
-          (a checkpoint).
+          (a checkpoint). A checkpoint of a LoRA run exports with its adapters merged into the
+          base weights (W + alpha/r B A); --adapter-only writes the adapters alone as a PEFT
+          adapter (adapter_config.json + adapter_model.safetensors) for peft to load onto the
+          base model.
 inspect   the tags in CKPT_DIR and, for one (default: latest), its step, world size, stage,
           precision, model and files; --verify checks every file's size and checksum and names
           the first that is missing or damaged (exit 1).
@@ -43,6 +47,8 @@ const std::vector<FlagSpec> kFlags = {
      "SIZE"},
     {"--dtype", FlagKind::kValue, "export-hf: f32, bf16 or f16 (default: as the source)",
      "DTYPE"},
+    {"--adapter-only", FlagKind::kSwitch,
+     "export-hf of a LoRA checkpoint: only the adapters, as a PEFT adapter folder"},
     {"--verify", FlagKind::kSwitch, "inspect: check every file's size and checksum"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
@@ -84,6 +90,7 @@ int export_hf(const ParsedArgs& a) {
     if (!dt) return fail(dt.status());
     o.dtype = *dt;
   }
+  o.adapter_only = a.has("--adapter-only");
   o.progress = [](const std::string& path) { std::fprintf(stderr, "wrote %s\n", path.c_str()); };
   auto s = ckpt::hf_export(a.positional[1], a.positional[2], o);
   if (!s) return fail(s.status());

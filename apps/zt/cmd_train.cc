@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,7 @@
 #include "zt/data/prepare.h"
 #include "zt/nn/generate.h"
 #include "zt/checkpoint/model_open.h"
+#include "zt/tasks/lora.h"
 #include "zt/runtime/engine.h"
 
 namespace zt::cli {
@@ -86,6 +88,18 @@ const std::vector<FlagSpec> kFlags = {
     {"--gradient-checkpointing", FlagKind::kSwitch,
      "recompute each block's activations in backward, keeping only its input (the config's "
      "activation_checkpointing.cpu_checkpointing keeps those in host memory)"},
+    {"--lora-dim", FlagKind::kValue,
+     "LoRA: add rank-R adapters to the blocks' linear modules (DeepSpeed-Chat's lora_dim)", "R"},
+    {"--lora-alpha", FlagKind::kValue,
+     "LoRA: the adapters' scale is alpha / R (default 1, DeepSpeed-Chat's lora_scaling)", "A"},
+    {"--lora-dropout", FlagKind::kValue, "LoRA: dropout on the adapters' input (default 0)", "P"},
+    {"--lora-modules", FlagKind::kValue,
+     "LoRA: comma-separated Hugging Face module names (q_proj,v_proj; c_attn; ...), default every "
+     "linear module of the blocks",
+     "LIST"},
+    {"--only-optimize-lora", FlagKind::kSwitch,
+     "LoRA: train the adapters only; the base weights are frozen (no gradients, no optimizer "
+     "state)"},
     {"--mlm-probability", FlagKind::kValue, "mlm: share of positions selected (default 0.15)", "P"},
     {"--mask-share", FlagKind::kValue, "mlm: selected positions that become the mask (default 0.8)", "P"},
     {"--random-share", FlagKind::kValue, "mlm: selected positions that become a random token (default 0.1)", "P"},
@@ -293,6 +307,35 @@ int cmd_train(const Args& raw_args) {
         "--model {}: a {} masked-LM model; train it with --task mlm (token files), or evaluate "
         "it with zt eval --task mlm",
         model_name, mc.model_type));
+  }
+  // LoRA adapters, before the engine is built (it shards them and freezes the base).
+  for (const char* f : {"--lora-alpha", "--lora-dropout", "--lora-modules", "--only-optimize-lora"}) {
+    if (a.has(f) && !a.has("--lora-dim")) {
+      return fail(invalid_argument("{} needs --lora-dim R (the adapters' rank)", f));
+    }
+  }
+  if (auto r = a.get("--lora-dim")) {
+    auto rank_r = parse_int("--lora-dim", *r, 1);
+    if (!rank_r) return fail(rank_r.status());
+    tasks::LoraOptions lo{.r = static_cast<int>(*rank_r),
+                          .only_optimize = a.has("--only-optimize-lora")};
+    for (auto [flag, dst] : {std::pair{"--lora-alpha", &lo.alpha},
+                             std::pair{"--lora-dropout", &lo.dropout}}) {
+      if (auto v = a.get(flag)) {
+        char* end = nullptr;
+        *dst = std::strtof(v->c_str(), &end);
+        if (end == v->c_str() || *end != '\0') {
+          return fail(invalid_argument("{} must be a number, got '{}'", flag, *v));
+        }
+      }
+    }
+    if (auto m = a.get("--lora-modules")) {
+      std::stringstream list(*m);
+      for (std::string item; std::getline(list, item, ',');) {
+        if (!item.empty()) lo.modules.push_back(item);
+      }
+    }
+    if (Status st = tasks::lora_apply(model, lo); !st.is_ok()) return fail(st);
   }
   const bool tiny = model_name == "gpt2-tiny" || model_name == "llama-tiny";
   auto seq = int_flag("--seq-len", tiny ? 128 : std::min<int64_t>(mc.max_positions, 2048), 2);
@@ -706,6 +749,8 @@ int cmd_train(const Args& raw_args) {
                         {"skipped", st.skipped},
                         {"tokens_per_s", tps},
                         {"samples", st.samples}};
+    // wall_clock_breakdown: DeepSpeed's Train/Samples/elapsed_time_ms_* in the monitors.
+    for (const auto& [name, ms] : st.elapsed_ms) r["elapsed_time_ms_" + name] = ms;
     if (Status s = record(r); !s.is_ok()) {
       bar.finish();
       return fail(s);

@@ -15,6 +15,7 @@
 #include "zt/core/half.h"
 #include "zt/nn/hf/hf_config.h"
 #include "zt/checkpoint/hf_weights.h"
+#include "zt/checkpoint/lora_export.h"
 #include "zt/nn/models/family_names.h"
 
 namespace zt::ckpt {
@@ -149,10 +150,47 @@ Result<HfExportSummary> export_checkpoint(const std::string& src, const std::str
       t != nullptr && t->shape.size() == 2 && t->shape[0] >= tc.vocab_size) {
     tc.padded_vocab_size = static_cast<int>(t->shape[0]);
   }
+  // LoRA adapters (model.lora): merged into their base weights, or written alone for PEFT.
+  std::optional<ckpt::LoraRecord> lora;
+  if (model_meta.contains("lora") && !model_meta.at("lora").is_null()) {
+    ZT_ASSIGN_OR_RETURN(ckpt::LoraRecord r, ckpt::lora_record_from(model_meta.at("lora"), meta_file));
+    lora = std::move(r);
+  }
+  if (options.adapter_only) {
+    if (!lora) {
+      return invalid_argument("--adapter-only: '{}' has no LoRA adapters (trained without "
+                              "--lora-dim); export the model without it",
+                              w->path());
+    }
+    if (tc.task != nn::Task::kCausalLM) {
+      return invalid_argument(
+          "--adapter-only: '{}' trained a {} head besides the adapters; export the merged "
+          "model (without --adapter-only)",
+          w->path(), tc.task == nn::Task::kReward ? "reward" : "task");
+    }
+    ZT_ASSIGN_OR_RETURN(ckpt::PeftExportSummary ps,
+                        ckpt::peft_adapter_write(*w, *lora, tc.model_type,
+                                                 config.value("_name_or_path", std::string()),
+                                                 out_dir));
+    if (options.progress) options.progress((fs::path(out_dir) / "adapter_model.safetensors").string());
+    HfExportSummary sum;
+    sum.source = "checkpoint " + w->tag() + " (LoRA adapter)";
+    sum.tensors = ps.tensors;
+    sum.parameters = ps.parameters;
+    sum.bytes = ps.bytes;
+    sum.files = 1;
+    sum.dtypes = "f32";
+    return sum;
+  }
+  std::set<std::string> adapter_params;
+  if (lora) {
+    for (const ckpt::LoraAdapterRecord& a : lora->adapters) adapter_params.insert({a.a, a.b});
+  }
   Transformer model(tc);
   model.set_source_config(config);
   // Every parameter of the model the config describes is in the checkpoint with its shape, and
-  // nothing else is: otherwise the config and the weights are of different models.
+  // nothing else is (but the adapters): otherwise the config and the weights are of different
+  // models.
   std::unordered_map<const Param*, const ckpt::CheckpointParam*> where;
   for (auto& unit : model.units()) {
     for (Param* p : unit->params()) {
@@ -172,9 +210,9 @@ Result<HfExportSummary> export_checkpoint(const std::string& src, const std::str
       where[p] = c;
     }
   }
-  if (where.size() != w->params().size()) {
+  if (where.size() + adapter_params.size() != w->params().size()) {
     for (const ckpt::CheckpointParam& c : w->params()) {
-      bool used = false;
+      bool used = adapter_params.count(c.name) != 0;
       for (const auto& [p, cp] : where) used = used || cp == &c;
       if (!used) {
         return invalid_argument(
@@ -185,9 +223,12 @@ Result<HfExportSummary> export_checkpoint(const std::string& src, const std::str
     }
   }
   const DType dtype = options.dtype.value_or(DType::f32);
-  HfExportSource source{.read = [w, where = std::move(where)](
-                                    const Param& p, int64_t lo, int64_t hi,
-                                    float* out) { return w->read(*where.at(&p), lo, hi, out); },
+  HfExportSource source{.read = [w, where = std::move(where), lora](
+                                    const Param& p, int64_t lo, int64_t hi, float* out) {
+                          ZT_RETURN_IF_ERROR(w->read(*where.at(&p), lo, hi, out));
+                          if (!lora || p.shape.ndim() != 2) return Status::ok();
+                          return ckpt::lora_merge_into(*w, *lora, p.name, p.shape[1], lo, hi, out);
+                        },
                         .dtype_of = [dtype](const std::string&) { return dtype; },
                         .config_dtype = dtype,
                         .tokenizer_dir = ""};

@@ -33,6 +33,9 @@ struct HfExportOptions {
   std::optional<DType> dtype{};
   int64_t max_shard_bytes = 5'000'000'000;  // transformers' max_shard_size="5GB"
   std::string tag{};                        // checkpoint tag (empty: the one `latest` names)
+  // A checkpoint with LoRA adapters: write them as a PEFT adapter (checkpoint/lora_export.h)
+  // instead of the merged model. Without this, adapters are merged into the base weights.
+  bool adapter_only = false;
   std::function<void(const std::string&)> progress{};  // told each file written (may be empty)
 };
 

@@ -38,6 +38,9 @@ struct Context {
   // checkpoint_to_host the kept inputs wait in host memory (DeepSpeed's cpu_checkpointing).
   bool checkpoint_activations = false;
   bool checkpoint_to_host = false;
+  // Training randomness (LoRA dropout): a seed the engine draws per micro-step from the run's
+  // seed and step, the same for a checkpointed unit's recompute as for its first forward.
+  uint64_t dropout_seed = 0;
 };
 
 class Unit {
@@ -53,6 +56,15 @@ class Unit {
   // hook that drops what forward kept for backward.
   virtual bool checkpointable() const { return false; }
   virtual void release_activations() {}
+  // A frozen unit's parameters are not trained: ZeRO keeps no gradient, master weights or
+  // optimizer state for it, its Params' grads stay unbound (undefined), and layers skip their
+  // weight gradients (LoRA's --only-optimize-lora). Set before the engine is built.
+  bool frozen() const { return frozen_; }
+  void set_frozen(bool frozen) { frozen_ = frozen; }
+  // A passive unit only holds parameters another unit computes with (LoRA adapters, read by
+  // their block through extra_units()): the model never runs it, and ZeRO gathers it and
+  // reduces its gradient with the unit that reads it.
+  virtual bool passive() const { return false; }
   std::vector<Param*> params();
   // Elements of the unit's parameters including alignment gaps (the unpadded flat size).
   int64_t flat_numel() const { return flat_numel_; }
@@ -64,9 +76,10 @@ class Unit {
     bind_values(flat_value);
     bind_grads(flat_grad);
   }
-  // Indices of other units whose parameters this unit also reads (tied weights): the ZeRO-3
-  // schedule gathers them too before this unit runs.
+  // Indices of other units whose parameters this unit also reads (tied weights, adapters): the
+  // ZeRO-3 schedule gathers them too before this unit runs.
   const std::vector<int>& extra_units() const { return extra_units_; }
+  void add_extra_unit(int index) { extra_units_.push_back(index); }
 
   virtual Tensor forward(Context& ctx, const Tensor& in) = 0;
   virtual Tensor backward(Context& ctx, const Tensor& dout) = 0;
@@ -75,14 +88,12 @@ class Unit {
   // that owns them: the unit, not the layer, is ZeRO's granule).
   Param& add_param(std::string name, Shape shape, ParamInit init, float std = 0.02f);
 
- protected:
-  void add_extra_unit(int index) { extra_units_.push_back(index); }
-
  private:
   std::string name_;
   std::vector<std::unique_ptr<Param>> params_;
   std::vector<int> extra_units_;
   int64_t flat_numel_ = 0;
+  bool frozen_ = false;
 };
 
 }  // namespace zt::nn

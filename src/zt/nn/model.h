@@ -34,8 +34,13 @@ class Model {
   // The model's own configuration (checkpoints record it, exports write it): null when the
   // model has none to tell.
   virtual nlohmann::json config_json() const { return nullptr; }
+  // The low-rank adapters added to the model (nn/lora.h's lora_json: rank, alpha, every
+  // adapter's base parameter and rows), recorded by checkpoints so exports can merge them or
+  // write them as a PEFT adapter; null without adapters.
+  nlohmann::json adapters_json() const { return adapters_; }
+  void set_adapters_json(nlohmann::json adapters) { adapters_ = std::move(adapters); }
 
-  // Runs every unit in order on `input`. With ctx.targets set, the last unit returns per-token
+  // Runs every unit (but the passive ones) in order on `input`. With ctx.targets set, the last unit returns per-token
   // losses; without, it returns logits.
   Tensor forward(Context& ctx, const Tensor& input, UnitHooks* hooks = nullptr);
   // Backward through every unit in reverse order, starting from the gradient the last unit
@@ -48,6 +53,7 @@ class Model {
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<Tensor> checkpoints_;  // per unit: its kept input (activation checkpointing)
   bool checkpointed_ = false;        // the last training forward kept only inputs
+  nlohmann::json adapters_;
 };
 
 }  // namespace zt::nn

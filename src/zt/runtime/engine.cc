@@ -1,11 +1,16 @@
 #include "zt/runtime/engine.h"
 
+#include "zt/core/file_io.h"
+#include "zt/nn/models/transformer.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "zt/comm/env.h"
+#include "zt/core/file_io.h"
 #include "zt/core/host_memory.h"
 #include "zt/core/log.h"
+#include "zt/nn/models/transformer.h"
 #include "zt/runtime/py_format.h"
 
 namespace zt {
@@ -161,6 +166,17 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   // product with them) to the 16-bit type. On CUDA the kernels run in the 16-bit type itself.
   ctx_.compute_dtype = dev.is_cpu() ? DType::f32 : round_dtype_;
   ctx_.checkpoint_activations = options.activation_checkpointing;
+  if (config.wall_clock_breakdown) timers_ = std::make_unique<EventTimers>(options.device);
+  if (config.blocks.contains("flops_profiler") &&
+      config.blocks["flops_profiler"].value("enabled", false)) {
+    const auto& fp = config.blocks["flops_profiler"];
+    profiler_ = FlopsProfilerOptions{
+        .profile_step = fp.value("profile_step", 1),
+        .module_depth = fp.value("module_depth", -1),
+        .top_modules = fp.value("top_modules", 1),
+        .detailed = fp.value("detailed", true),
+        .output_file = fp["output_file"].is_string() ? fp["output_file"].get<std::string>() : ""};
+  }
   if (auto it = config.blocks.find("activation_checkpointing");
       it != config.blocks.end() && it->is_object()) {
     ctx_.checkpoint_to_host =
@@ -204,9 +220,13 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
     // Model state larger than the whole GPU can never train: say so, with what would fit, before
     // minutes of drawing initial values end in an allocation failure.
     std::vector<int64_t> numels;
-    for (auto& u : model.units()) numels.push_back(u->flat_numel());
+    std::vector<bool> frozen;
+    for (auto& u : model.units()) {
+      numels.push_back(u->flat_numel());
+      frozen.push_back(u->frozen());
+    }
     const std::string err = zero::model_state_fit_error(
-        numels, zo, comm_->world_size(), cuda_device_total_memory(dev.index), dev.str());
+        numels, zo, comm_->world_size(), cuda_device_total_memory(dev.index), dev.str(), frozen);
     if (!err.empty()) throw GpuOutOfMemory(err);
     // Offloaded state larger than the host's free memory ends in the kernel's OOM killer (no
     // message) or a failed page-locked allocation after minutes of start-up. Every rank reads
@@ -217,9 +237,9 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
       const HostMemory host = host_memory();
       const int on_host = ranks_on_this_host(world);
       const std::string host_err =
-          zero::host_state_fit_error(numels, zo, world, on_host, host.available);
-      const double need =
-          static_cast<double>(zero::predict_state_bytes(numels, zo, world).host_total() * on_host);
+          zero::host_state_fit_error(numels, zo, world, on_host, host.available, frozen);
+      const double need = static_cast<double>(
+          zero::predict_state_bytes(numels, zo, world, frozen).host_total() * on_host);
       std::vector<double> spare{host.available > 0 ? static_cast<double>(host.available) - need
                                                    : 1e30};
       if (world > 1) {
@@ -258,11 +278,23 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
           zo.optimizer_placement == zero::OptimizerPlacement::kHostPinned ? "pinned" : "pageable",
           b.host_master, b.host_optimizer, b.host_buffers, b.host_total() / 1048576.0);
     }
+    // Frozen units (LoRA's --only-optimize-lora): how many parameters are trained.
+    int64_t trained = 0;
+    for (auto& u : model.units()) {
+      if (u->frozen()) continue;
+      for (nn::Param* p : u->params()) trained += p->numel();
+    }
+    const std::string count =
+        trained == model.num_params()
+            ? fmt::format("{} parameters", trained)
+            : fmt::format("{} parameters, {} trained ({:.2f}%)", model.num_params(), trained,
+                          100.0 * static_cast<double>(trained) /
+                              static_cast<double>(model.num_params()));
     ZT_LOG_INFO(
-        "engine: {} ({} parameters) on {} x {} ({}), {} compute, {}, ZeRO stage {}; "
+        "engine: {} ({}) on {} x {} ({}), {} compute, {}, ZeRO stage {}; "
         "model-state bytes per rank on {}: params {} grads {} master {} optimizer {} "
         "(total {:.1f} MiB){}",
-        model.name(), model.num_params(), comm_->world_size(), dev.str(), comm_->backend_name(),
+        model.name(), count, comm_->world_size(), dev.str(), comm_->backend_name(),
         dtype_name(round_dtype_), optim::optimizer_name(optimizer_.spec()), z.stage, dev.str(),
         b.params, b.grads, b.master, b.optimizer, b.total() / 1048576.0, host);
   }
@@ -330,9 +362,30 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
                                                  (static_cast<double>(
                                                       config_.gradient_accumulation_steps) *
                                                   static_cast<double>(counted)));
-  Tensor losses = model_.forward(ctx_, tok, zero_.get());
+  // Dropout masks (LoRA's): a fresh one every micro-step and rank, reproducible from the seed.
+  ctx_.dropout_seed = (options_.seed + 0x9e3779b97f4a7c15ull * (micro_steps_ + 1)) ^
+                      (0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(comm_->rank() + 1));
+  timer_start("fwd_microstep", "fwd");
+  // flops_profiler: the forwards of step `profile_step` (DeepSpeed's count of finished steps)
+  // run through a timer of every unit.
+  nn::UnitHooks* hooks = zero_.get();
+  if (profiler_ && global_steps_ == profiler_->profile_step) {
+    if (!unit_timer_) {
+      unit_timer_ = std::make_unique<UnitForwardTimer>(options_.device, ctx_.stream,
+                                                       model_.units().size());
+      profiled_micro_steps_ = 0;
+    }
+    unit_timer_->set_inner(zero_.get());
+    hooks = unit_timer_.get();
+    profiled_rows_ = tok.size(0);
+    profiled_seq_ = tok.size(1);
+    ++profiled_micro_steps_;
+  }
+  Tensor losses = model_.forward(ctx_, tok, hooks);
   ctx_.targets = nullptr;
-  ZT_RETURN_IF_ERROR(zero_->finish_pass());
+  const Status done = zero_->finish_pass();
+  timer_stop("fwd_microstep", "fwd");
+  ZT_RETURN_IF_ERROR(done);
   std::vector<double> l = losses.to_doubles();
   double sum = 0;
   for (double v : l) sum += v;
@@ -343,24 +396,114 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
 Status Engine::backward(float loss) {
   ZT_ASSERT(have_forward_, "backward() without a forward()");
   zero_->set_boundary(is_gradient_accumulation_boundary());
+  // bwd_inner: the units' backward (with the reductions it overlaps); bwd_allreduce: what is left
+  // of the gradient reductions after it (the last buckets, and waiting for the ones in flight).
+  timer_start("bwd_microstep", "bwd");
+  timer_start("bwd_inner_microstep", "bwd_inner");
   model_.backward(ctx_, zero_.get());
+  timer_stop("bwd_inner_microstep", "bwd_inner");
+  timer_start("bwd_allreduce_microstep", "bwd_allreduce");
   have_forward_ = false;
   loss_sum_ += loss;
   ++loss_count_;
-  return zero_->finish_pass();
+  const Status done = zero_->finish_pass();
+  timer_stop("bwd_allreduce_microstep", "bwd_allreduce");
+  timer_stop("bwd_microstep", "bwd");
+  return done;
+}
+
+void Engine::profiler_report(const StepStats& stats) {
+  std::unique_ptr<UnitForwardTimer> timer = std::move(unit_timer_);
+  const std::vector<double> unit_ms = timer->unit_ms();
+  if (comm_->rank() != 0) return;
+  const auto* transformer = dynamic_cast<const nn::Transformer*>(&model_);
+  if (transformer == nullptr) {
+    ZT_LOG_WARN("flops_profiler: model '{}' is not a transformer of nn/models; no FLOPs to count",
+                model_.name());
+    return;
+  }
+  FlopsProfileInput in{.model_name = model_.name(),
+                       .units = transformer_forward_costs(*transformer, profiled_rows_,
+                                                          profiled_seq_),
+                       .unit_fwd_ms = unit_ms,
+                       .micro_steps = profiled_micro_steps_,
+                       .world_size = comm_->world_size(),
+                       .micro_batch = profiled_rows_,
+                       .fwd_ms = 0,
+                       .bwd_ms = 0,
+                       .step_ms = 0,
+                       .step = profiler_->profile_step,
+                       .recompute = ctx_.checkpoint_activations};
+  for (const auto& [name, ms] : stats.elapsed_ms) {
+    if (name == "forward") in.fwd_ms = ms;
+    if (name == "backward") in.bwd_ms = ms;
+    if (name == "step") in.step_ms = ms;
+  }
+  const std::string report = flops_profile_report(in, *profiler_);
+  if (profiler_->output_file.empty()) {
+    ZT_LOG_INFO("{}", report);
+    return;
+  }
+  const Status s = file_write_atomic(profiler_->output_file, report, "flops profile");
+  if (s.is_ok()) {
+    ZT_LOG_INFO("flops_profiler: step {} profile written to {}", global_steps_,
+                profiler_->output_file);
+  } else {
+    ZT_LOG_WARN("flops_profiler: {}", s.message());
+  }
+}
+
+void Engine::timer_start(const char* micro, const char* global) {
+  if (!timers_) return;
+  timers_->start(micro, ctx_.stream);
+  timers_->start(global, ctx_.stream);
+}
+
+void Engine::timer_stop(const char* micro, const char* global) {
+  if (!timers_) return;
+  timers_->stop(micro, ctx_.stream);
+  timers_->stop(global, ctx_.stream);
 }
 
 Status Engine::step() {
+  const bool log = timers_ && comm_->rank() == 0;
   if (!is_gradient_accumulation_boundary()) {
     ++micro_steps_;
+    // DeepSpeed logs the micro-step timers at every step() call.
+    if (log) {
+      ZT_LOG_INFO("{}", timers_->log_line({"fwd_microstep", "bwd_microstep", "bwd_inner_microstep",
+                                            "bwd_allreduce_microstep", "step_microstep"}));
+    }
     return Status::ok();
   }
   StepStats stats;
+  timer_start("step_microstep", "step");
   Status s = apply_step(stats);
+  timer_stop("step_microstep", "step");
   ++micro_steps_;
   loss_sum_ = 0;
   loss_count_ = 0;
   if (!s.is_ok()) return s;
+  if (timers_) {
+    // The global timers cover the whole step (every micro-step); their sums go to the monitors
+    // (Train/Samples/elapsed_time_ms_*), then both lines are logged and reset.
+    for (const auto& [name, tag] : {std::pair{"fwd", "forward"}, std::pair{"bwd", "backward"},
+                                    std::pair{"bwd_inner", "backward_inner"},
+                                    std::pair{"bwd_allreduce", "backward_allreduce"},
+                                    std::pair{"step", "step"}}) {
+      stats.elapsed_ms.emplace_back(tag, timers_->elapsed_ms(name, /*reset=*/false));
+    }
+    const std::string micro = timers_->log_line({"fwd_microstep", "bwd_microstep",
+                                                 "bwd_inner_microstep", "bwd_allreduce_microstep",
+                                                 "step_microstep"});
+    const std::string global =
+        timers_->log_line({"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"});
+    if (log) {
+      ZT_LOG_INFO("{}", micro);
+      ZT_LOG_INFO("{}", global);
+    }
+  }
+  if (unit_timer_) profiler_report(stats);
   last_step_ = stats;
   if (config_.steps_per_print && *config_.steps_per_print > 0 &&
       global_steps_ % *config_.steps_per_print == 0) {
@@ -385,7 +528,7 @@ Status Engine::apply_step(StepStats& stats) {
   if (scaler_.checks_overflow()) {
     found_inf_.zero(s);
     for (int u = 0; u < n_units; ++u) {
-      kernels::scale_check_nonfinite(zero_->step_grad(u), 1.0f, found_inf_, s);
+      if (zero_->trainable(u)) kernels::scale_check_nonfinite(zero_->step_grad(u), 1.0f, found_inf_, s);
     }
     std::vector<double> flag{found_inf_.item()};
     ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(flag, ReduceOp::kMax));
@@ -411,8 +554,9 @@ Status Engine::apply_step(StepStats& stats) {
   // Global gradient norm: each rank's own chunks, summed over ranks (stage 0: every rank holds
   // the whole all-reduced gradient, so its local sum is already global).
   norm_acc_.zero(s);
-  for (int u = 0; u < n_units; ++u)
-    kernels::sum_squares_accumulate(norm_acc_, zero_->step_grad(u), s);
+  for (int u = 0; u < n_units; ++u) {
+    if (zero_->trainable(u)) kernels::sum_squares_accumulate(norm_acc_, zero_->step_grad(u), s);
+  }
   std::vector<double> sumsq{norm_acc_.item()};
   if (sharded) ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(sumsq, ReduceOp::kSum));
   const double total = std::sqrt(sumsq[0]);  // norm of the scaled gradients

@@ -20,6 +20,8 @@
 #include "zt/nn/model.h"
 #include "zt/optim/optimizer.h"
 #include "zt/runtime/config.h"
+#include "zt/runtime/flops_profiler.h"
+#include "zt/runtime/timers.h"
 #include "zt/runtime/loss_scaler.h"
 #include "zt/runtime/lr_scheduler.h"
 #include "zt/zero/zero_state.h"
@@ -50,6 +52,10 @@ struct StepStats {
   double grad_norm = 0;   // global L2 norm of the unscaled gradients (-1 if inf/nan)
   bool skipped = false;   // fp16 overflow: step skipped
   int64_t samples = 0;    // global_samples after the step
+  // wall_clock_breakdown: milliseconds of this step's forward, backward, backward_inner,
+  // backward_allreduce and step (summed over its micro-steps; DeepSpeed's global timers and its
+  // Train/Samples/elapsed_time_ms_* names); empty without it.
+  std::vector<std::pair<std::string, double>> elapsed_ms;
 };
 
 // What load_checkpoint restores besides the model's weights (DeepSpeed's keyword arguments).
@@ -198,6 +204,16 @@ class Engine {
   int loss_count_ = 0;
   bool have_forward_ = false;
   std::optional<StepStats> last_step_;
+  // wall_clock_breakdown (null without it): DeepSpeed's micro-step and global timers.
+  std::unique_ptr<EventTimers> timers_;
+  // flops_profiler (unset when not enabled); the unit timer lives through the profiled step.
+  std::optional<FlopsProfilerOptions> profiler_;
+  std::unique_ptr<UnitForwardTimer> unit_timer_;
+  int64_t profiled_rows_ = 0, profiled_seq_ = 0;
+  int profiled_micro_steps_ = 0;
+  void profiler_report(const StepStats& stats);
+  void timer_start(const char* micro, const char* global);
+  void timer_stop(const char* micro, const char* global);
   std::unique_ptr<PendingSave> pending_save_;
   Tensor save_snapshot_;  // host copy an asynchronous save writes from
   int64_t last_step_groups_ = 0;

@@ -74,7 +74,9 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
     for (nn::Param* p : u->params()) {
       params.push_back({{"name", p->name}, {"offset", p->offset}, {"shape", p->shape.to_vector()}});
     }
-    units.push_back({{"name", u->name()}, {"numel", u->flat_numel()}, {"params", params}});
+    nlohmann::json unit = {{"name", u->name()}, {"numel", u->flat_numel()}, {"params", params}};
+    if (u->frozen()) unit["frozen"] = true;  // its compute copy only: no optimizer state
+    units.push_back(std::move(unit));
   }
   const LossScalerState& ls = scaler_.state();
   nlohmann::json meta = {
@@ -102,7 +104,11 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
                                                    {"last_batch_iteration",
                                                     scheduler_->last_batch_iteration()}}
                                   : nlohmann::json(nullptr)},
-      {"model", {{"name", model_.name()}, {"config", model_.config_json()}, {"units", units}}},
+      {"model",
+       {{"name", model_.name()},
+        {"config", model_.config_json()},
+        {"lora", model_.adapters_json()},
+        {"units", units}}},
       {"ds_config", config_to_json(config_)},
       {"client_state", client},
   };
@@ -165,7 +171,9 @@ std::vector<ckpt::TensorToWrite> Engine::shard_tensors() {
   const int n_units = static_cast<int>(zero_->units().size());
   for (int u = 0; u < n_units; ++u) {
     const int64_t n = zero_->saved_chunk(u).saved_numel();
-    for (int k = 0; k <= static_cast<int>(state_names.size()); ++k) {
+    // A frozen unit has its weights only (kind 0, from the compute copy).
+    const int kinds = zero_->trainable(u) ? 1 + static_cast<int>(state_names.size()) : 1;
+    for (int k = 0; k < kinds; ++k) {
       tensors.push_back({.name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]),
                          .dtype = DType::f32,
                          .shape = {n},
@@ -400,7 +408,20 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
                             const CheckpointLoadOptions& options, RestorePhase phase) {
   const std::string meta_path = (fs::path(path) / ckpt::kModelStatesFile).string();
   try {
-    // The model must be the same: units, their sizes and parameters.
+    // The model must be the same: adapters, units, their sizes and parameters.
+    const nlohmann::json saved_lora = meta.at("model").value("lora", nlohmann::json(nullptr));
+    if (saved_lora != model_.adapters_json()) {
+      auto describe = [](const nlohmann::json& l) {
+        return l.is_null() ? std::string("no LoRA adapters")
+                           : fmt::format("LoRA rank {}, alpha {}, {} adapters{}", l.value("r", 0),
+                                         l.value("alpha", 0.0), l.at("adapters").size(),
+                                         l.value("only_optimize", false) ? ", only the adapters trained" : "");
+      };
+      return invalid_argument(
+          "checkpoint '{}' was trained with {}, this run has {}: resume with the same --lora-dim, "
+          "--lora-alpha, --lora-dropout, --lora-modules and --only-optimize-lora",
+          path, describe(saved_lora), describe(model_.adapters_json()));
+    }
     const auto& units = meta.at("model").at("units");
     const auto& mine = model_.units();
     if (units.size() != mine.size()) {
@@ -484,7 +505,8 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
     for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
       const int64_t numel = mine[u]->flat_numel();
       const auto [begin, end] = zero_->master_extent(u);
-      for (int k = 0; k <= static_cast<int>(state_names.size()); ++k) {
+      const int unit_kinds = zero_->trainable(u) ? 1 + static_cast<int>(state_names.size()) : 1;
+      for (int k = 0; k < unit_kinds; ++k) {
         zero_->zero_extent(u, k);
         if (k >= kinds) continue;
         const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);

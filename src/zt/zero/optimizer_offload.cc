@@ -53,6 +53,7 @@ void OptimizerOffload::plan_pieces(nn::Model& model) {
   const auto& units = zero_.units();
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     const UnitState& st = units[u];
+    if (!st.trainable) continue;  // frozen: nothing offloaded, nothing to step
     if (o.offload_granularity == OffloadGranularity::kParamTensors) {
       // Lamb: its trust ratio is per parameter tensor, so a piece is the whole unit and each
       // tensor a chunk of its own (initialize() refuses Lamb where ranks split the tensors).

@@ -1,6 +1,7 @@
 // ZeroState's side of checkpoints: which elements a rank saves and keeps, and moving them
 // between the training buffers (device or host) and host memory. The files themselves are
 // checkpoint/'s; the engine (runtime/engine_checkpoint.cc) puts the two together.
+#include "zt/kernels/ops.h"
 #include "zt/zero/zero_state.h"
 
 namespace zt::zero {
@@ -11,7 +12,7 @@ ckpt::FlatChunk ZeroState::saved_chunk(int u) const {
 
 std::pair<int64_t, int64_t> ZeroState::master_extent(int u) const {
   const UnitState& st = units_[u];
-  if (options_.stage == 0) return {0, st.padded};
+  if (options_.stage == 0 || (!st.trainable && st.persistent)) return {0, st.padded};
   return {st.shard_offset, st.shard_offset + st.shard};
 }
 
@@ -19,6 +20,7 @@ namespace {
 
 Tensor& kind_tensor(UnitState& st, int kind) {
   ZT_ASSERT(kind >= 0 && kind <= static_cast<int>(st.state.size()), "tensor kind {}", kind);
+  if (!st.trainable) return st.persistent ? st.value : st.value_shard;  // kind 0 only
   return kind == 0 ? st.master : st.state[kind - 1];
 }
 
@@ -30,7 +32,13 @@ void ZeroState::read_saved(int u, int kind, float* dst) {
   Tensor& t = kind_tensor(units_[u], kind);
   const int64_t offset = c.saved_begin - master_extent(u).first;
   Tensor out = Tensor::from_blob(dst, {c.saved_numel()}, DType::f32, Device::cpu());
-  out.copy_from(t.view(offset, {c.saved_numel()}), options_.stream);
+  Tensor src = t.view(offset, {c.saved_numel()});
+  if (src.dtype() != DType::f32) {  // a frozen unit's compute copy
+    Tensor f = Tensor::empty(src.shape(), DType::f32, options_.device, options_.stream);
+    kernels::cast(f, src, options_.stream);
+    src = f;
+  }
+  out.copy_from(src, options_.stream);
   options_.stream.synchronize();
 }
 
@@ -42,7 +50,15 @@ void ZeroState::write_range(int u, int kind, int64_t offset, const float* src, i
   Tensor& t = kind_tensor(units_[u], kind);
   Tensor in = Tensor::from_blob(const_cast<float*>(src), {n}, DType::f32, Device::cpu());
   Tensor dst = t.view(offset, {n});
-  dst.copy_from(in, options_.stream);
+  if (dst.dtype() != DType::f32) {
+    // A frozen unit's compute copy: rounded as at start-up (to the training precision).
+    Tensor f = in.to(options_.device, options_.stream);
+    Tensor r = Tensor::empty({n}, options_.round_dtype, options_.device, options_.stream);
+    kernels::cast(r, f, options_.stream);
+    kernels::cast(dst, r, options_.stream);
+  } else {
+    dst.copy_from(in, options_.stream);
+  }
   // The source is reused for the next piece as soon as this returns.
   options_.stream.synchronize();
 }

@@ -42,13 +42,14 @@ void ZeroState::scale_post(Tensor& g) {
 
 void ZeroState::ensure_grad(int u) {
   UnitState& st = units_[u];
-  if (st.grad.defined()) return;
+  if (!st.trainable || st.grad.defined()) return;
   st.grad = Tensor::zeros({st.padded}, kernels::accum_dtype(options_.compute_dtype),
                           options_.device, options_.stream);
   model_.units()[u]->bind_grads(st.grad);
 }
 
 void ZeroState::bucket_unit(int u) {
+  if (!units_[u].trainable) return;
   const int64_t elems = units_[u].padded;
   if (bucket_.overflows_with(elems)) flush_bucket();
   bucket_.add(u, elems);

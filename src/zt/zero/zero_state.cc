@@ -136,18 +136,21 @@ bool shard_from_master(const ZeroOptions& o, const UnitLayout& l) {
 }
 
 ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
-                                    const ZeroOptions& options, int world) {
+                                    const ZeroOptions& options, int world,
+                                    const std::vector<bool>& frozen) {
   const auto compute = static_cast<int64_t>(dtype_size(options.compute_dtype));
   const auto acc = static_cast<int64_t>(dtype_size(kernels::accum_dtype(options.compute_dtype)));
   const int64_t f32 = 4;
   ModelStateBytes b;
-  for (int64_t numel : unit_numels) {
-    const UnitLayout l = unit_layout(numel, world, 0, options);
+  for (size_t i = 0; i < unit_numels.size(); ++i) {
+    const UnitLayout l = unit_layout(unit_numels[i], world, 0, options);
+    const bool is_frozen = i < frozen.size() && frozen[i];
     if (l.persistent) {
       b.params += l.padded * compute;
-    } else if (!shard_from_master(options, l)) {
+    } else if (is_frozen || !shard_from_master(options, l)) {
       b.params += l.shard * compute;
     }
+    if (is_frozen) continue;
     if (options.stage <= 1) b.grads += l.padded * acc;
     if (options.stage >= 1) b.grads += l.shard * f32;
     const int64_t master_elems = options.stage == 0 ? l.padded : l.shard;
@@ -162,16 +165,17 @@ ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
 
 std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
                                   const ZeroOptions& options, int world, int64_t device_bytes,
-                                  const std::string& device_name) {
-  const ModelStateBytes need = predict_state_bytes(unit_numels, options, world);
+                                  const std::string& device_name,
+                                  const std::vector<bool>& frozen) {
+  const ModelStateBytes need = predict_state_bytes(unit_numels, options, world, frozen);
   if (device_bytes <= 0 || need.total() <= device_bytes) return "";
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   const std::string count = param_count_text(unit_numels);
   ZeroOptions s3 = options;
   s3.stage = 3;
-  const ModelStateBytes at3 = predict_state_bytes(unit_numels, s3, world);
+  const ModelStateBytes at3 = predict_state_bytes(unit_numels, s3, world, frozen);
   s3.optimizer_placement = OptimizerPlacement::kHostPinned;
-  const ModelStateBytes at3off = predict_state_bytes(unit_numels, s3, world);
+  const ModelStateBytes at3off = predict_state_bytes(unit_numels, s3, world, frozen);
   std::string instead;
   if (options.stage < 3)
     instead += fmt::format("ZeRO stage 3 needs {:.1f} GiB, ", at3.total() / kGiB);
@@ -192,9 +196,9 @@ std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
 
 std::string host_state_fit_error(const std::vector<int64_t>& unit_numels,
                                  const ZeroOptions& options, int world, int ranks_on_host,
-                                 int64_t available_bytes) {
+                                 int64_t available_bytes, const std::vector<bool>& frozen) {
   if (!offloaded(options) || available_bytes <= 0) return "";
-  const ModelStateBytes need = predict_state_bytes(unit_numels, options, world);
+  const ModelStateBytes need = predict_state_bytes(unit_numels, options, world, frozen);
   const double on_host = static_cast<double>(need.host_total()) * ranks_on_host;
   if (on_host <= static_cast<double>(available_bytes)) return "";
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -261,6 +265,7 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
   const Tensor scratch = Tensor::empty({scratch_elements}, DType::f32, Device::cpu());
   for (auto& unit : model.units()) {
     UnitState u;
+    u.trainable = !unit->frozen();
     u.numel = unit->flat_numel();
     const UnitLayout l = unit_layout(u.numel, W, rank(), options);
     u.padded = l.padded;
@@ -288,11 +293,17 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
         Tensor mine = u.value.view(u.shard_offset, {u.shard});
         round_into(mine, own, options.round_dtype, s);
       }
-    } else if (shard_from_master(options, l)) {
+    } else if (u.trainable && shard_from_master(options, l)) {
       u.shard_from_master = true;
     } else {
       u.value_shard = Tensor::empty({u.shard}, options.compute_dtype, dev, s);
       round_into(u.value_shard, own, options.round_dtype, s);
+    }
+    if (!u.trainable) {
+      // Frozen: the compute copy is all it keeps.
+      unit->bind(u.value, Tensor());
+      units_.push_back(std::move(u));
+      continue;
     }
     if (master_shared()) {
       u.master = stage == 0
@@ -321,7 +332,7 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
   if (offloaded()) offload_ = std::make_unique<OptimizerOffload>(*this, model);
   // The persistent units' other chunks (their own ones were written above). A failure here is
   // reported by the first pass, as a hook's would be.
-  if (stage >= 1 && W > 1) record(publish_params(/*lowp_written=*/true));
+  if (stage >= 1 && W > 1) record(publish_params(/*lowp_written=*/true, /*with_frozen=*/true));
   options_.stream.synchronize();
   if (rank() == 0 && since(start) >= 1) {
     ZT_LOG_INFO("zero: start-up took {:.1f} s: drawing this rank's initial values {:.1f} s{}",
@@ -379,14 +390,18 @@ Tensor ZeroState::own_compute_chunk(int u) {
   return st.value_shard;  // undefined when shard_from_master
 }
 
-Status ZeroState::publish_params(bool lowp_written) {
+Status ZeroState::publish_params(bool lowp_written, bool with_frozen) {
   const Stream& s = options_.stream;
   std::vector<CommHandle> handles;
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& st = units_[i];
+    // Frozen units never change after start-up (a checkpoint load writes every element a rank
+    // keeps); at start-up their own chunks were written like the others'.
+    if (!st.trainable && !with_frozen) continue;
     Tensor own = own_compute_chunk(static_cast<int>(i));
     if (st.shard_from_master) continue;  // cast from the master when next gathered
-    if (!master_shared() && !lowp_written) {
+    // (A frozen unit has no master: its chunk is already the compute copy.)
+    if (st.trainable && !master_shared() && !lowp_written) {
       // An offloaded master is in host memory: its device copy is rounded (checkpoint loads).
       const Tensor m = st.master.device() == options_.device ? st.master
                                                               : st.master.to(options_.device, s);
@@ -420,19 +435,30 @@ Status ZeroState::all_reduce_doubles(std::vector<double>& values, ReduceOp op) {
 
 Result<std::vector<Tensor>> ZeroState::gather_master() {
   std::vector<Tensor> out;
+  const Stream& s = options_.stream;
   for (auto& st : units_) {
-    Tensor m = st.master.dtype() == DType::f32 ? st.master : Tensor();
-    if (options_.stage == 0) {
-      out.push_back(st.master.to(Device::cpu(), options_.stream));
+    if (!st.trainable) {
+      // Frozen: the compute copy (whole, or gathered from the chunks) as f32.
+      Tensor whole = st.value;
+      if (!st.persistent) {
+        whole = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, s);
+        ZT_RETURN_IF_ERROR(options_.comm->all_gather(whole, st.value_shard.clone(s), s).wait());
+      }
+      Tensor f = Tensor::empty({st.padded}, DType::f32, options_.device, s);
+      kernels::cast(f, whole, s);
+      out.push_back(f.to(Device::cpu(), s));
       continue;
     }
-    Tensor full = Tensor::empty({st.padded}, DType::f32, options_.device, options_.stream);
+    if (options_.stage == 0) {
+      out.push_back(st.master.to(Device::cpu(), s));
+      continue;
+    }
+    Tensor full = Tensor::empty({st.padded}, DType::f32, options_.device, s);
     // The communicator works on the training device; offloaded masters are on the host.
-    Tensor send = st.master.device() == options_.device
-                      ? st.master.clone(options_.stream)
-                      : st.master.to(options_.device, options_.stream);
-    ZT_RETURN_IF_ERROR(options_.comm->all_gather(full, send, options_.stream).wait());
-    out.push_back(full.to(Device::cpu(), options_.stream));
+    Tensor send = st.master.device() == options_.device ? st.master.clone(s)
+                                                        : st.master.to(options_.device, s);
+    ZT_RETURN_IF_ERROR(options_.comm->all_gather(full, send, s).wait());
+    out.push_back(full.to(Device::cpu(), s));
   }
   return out;
 }
@@ -494,6 +520,7 @@ void ZeroState::gather(int u) {
 
 void ZeroState::prefetch(int u) {
   if (u < 0 || u >= static_cast<int>(units_.size())) return;
+  if (model_.units()[u]->passive()) return;  // gathered with the unit that reads it
   UnitState& st = units_[u];
   if (st.persistent || st.gather_refs > 0 || st.gather_in_flight) return;
   // DeepSpeed fetches ahead while `numel_prefetching < min(max_live - live, bucket)`: the first
@@ -543,7 +570,13 @@ void ZeroState::before_backward(int unit) {
 }
 
 void ZeroState::after_backward(int unit) {
-  if (options_.stage >= 2 || boundary_) bucket_unit(unit);
+  if (options_.stage >= 2 || boundary_) {
+    bucket_unit(unit);
+    // A passive unit's gradient (adapters) is complete once the unit that reads it is done.
+    for (int e : model_.units()[unit]->extra_units()) {
+      if (model_.units()[e]->passive()) bucket_unit(e);
+    }
+  }
   if (options_.stage >= 3) {
     for (int e : model_.units()[unit]->extra_units()) release(e);
     release(unit);

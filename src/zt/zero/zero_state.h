@@ -93,6 +93,9 @@ struct ZeroOptions {
 };
 
 struct UnitState {
+  // A frozen unit (nn::Unit::frozen) keeps only its compute copy: no gradient, no master
+  // weights, no optimizer state; the step, the reductions and the norm skip it.
+  bool trainable = true;
   int64_t numel = 0;         // unpadded flat size
   int64_t padded = 0;        // multiple of world_size * kShardAlignElems
   int64_t shard = 0;         // padded / world_size
@@ -151,8 +154,10 @@ bool shard_from_master(const ZeroOptions& o, const UnitLayout& l);
 // of `unit_numels` elements, computed without allocating anything: what state_bytes() reports
 // once it is built, except host_buffers (the offload pipeline's staging). The engine compares it
 // with the GPU's memory before drawing a single initial value.
+// `frozen` (empty: none) marks the frozen units, which hold their compute copy only.
 ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
-                                    const ZeroOptions& options, int world);
+                                    const ZeroOptions& options, int world,
+                                    const std::vector<bool>& frozen = {});
 
 // Empty when the model state of predict_state_bytes fits in `device_bytes` (the GPU's memory in
 // all), else one line for the user: what it needs per GPU and of what, the GPU's size, and what
@@ -160,7 +165,8 @@ ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
 // top, so passing says only that training is not impossible.
 std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
                                   const ZeroOptions& options, int world, int64_t device_bytes,
-                                  const std::string& device_name);
+                                  const std::string& device_name,
+                                  const std::vector<bool>& frozen = {});
 
 // Empty when the offloaded model state (host_master + host_optimizer of predict_state_bytes) of
 // `ranks_on_host` ranks fits in `available_bytes` of host memory (host_memory().available; 0 =
@@ -169,7 +175,7 @@ std::string model_state_fit_error(const std::vector<int64_t>& unit_numels,
 // offload need nothing on the host and always pass.
 std::string host_state_fit_error(const std::vector<int64_t>& unit_numels,
                                  const ZeroOptions& options, int world, int ranks_on_host,
-                                 int64_t available_bytes);
+                                 int64_t available_bytes, const std::vector<bool>& frozen = {});
 
 class ZeroState : public nn::UnitHooks {
  public:
@@ -197,6 +203,8 @@ class ZeroState : public nn::UnitHooks {
   // gathers) and returns the first error any of them met.
   Status finish_pass();
 
+  // Whether unit u is trained (not frozen): only those have the buffers below.
+  bool trainable(int u) const { return units_[u].trainable; }
   // The gradient the optimizer step reads for unit u: the full all-reduced gradient (stage 0) or
   // the own reduced chunk (stages 1-3).
   Tensor& step_grad(int u);
@@ -206,7 +214,8 @@ class ZeroState : public nn::UnitHooks {
   // After the optimizer updated the master weights: refreshes the compute copy's own chunks
   // (`lowp_written`: the optimizer already wrote them) and all-gathers them (stages 1-2, and
   // persistent units at stage 3).
-  Status publish_params(bool lowp_written);
+  // `with_frozen`: the frozen units' chunks too (start-up only: they never change after).
+  Status publish_params(bool lowp_written, bool with_frozen = false);
   void zero_grads();
   // Sums (or maxes) a few doubles over all ranks; a no-op with one rank.
   Status all_reduce_doubles(std::vector<double>& values, ReduceOp op);
@@ -226,7 +235,8 @@ class ZeroState : public nn::UnitHooks {
   // master), so what a checkpoint holds does not depend on the stage.
   ckpt::FlatChunk saved_chunk(int u) const;
   // The elements of unit u whose master weights and optimizer state this rank keeps: [0, padded)
-  // at stage 0, its own chunk otherwise.
+  // at stage 0, its own chunk otherwise. A frozen unit has only kind 0, its compute copy: the
+  // extent it keeps ([0, padded) when whole, else its own chunk), converted to and from f32.
   std::pair<int64_t, int64_t> master_extent(int u) const;
   // Copies the saved chunk of tensor `kind` of unit u into host memory (saved_numel floats).
   void read_saved(int u, int kind, float* dst);

@@ -39,6 +39,7 @@ Result<int64_t> ZeroState::optimizer_step(optim::Optimizer& optimizer,
   };
   const int n_units = static_cast<int>(units_.size());
   for (int u = 0; u < n_units; ++u) {
+    if (!units_[u].trainable) continue;
     if (lamb) {
       // Whole parameter tensors (initialize() refused Lamb where ZeRO splits them).
       for (nn::Param* p : model_.units()[u]->params()) chunks.push_back(chunk_at(u, p->offset,

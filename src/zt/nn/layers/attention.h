@@ -37,6 +37,8 @@ class Attention {
   const AttentionConfig& config() const { return config_; }
   const Linear& qkv() const { return qkv_; }
   const Linear& out() const { return out_; }
+  Linear& qkv() { return qkv_; }  // (adapters attach here: nn/lora.h)
+  Linear& out() { return out_; }
 
   // x (B,T,C), the normalised input -> (B,T,C). Keys where ctx.attention_mask is 0 are masked.
   Tensor forward(Context& ctx, const Tensor& x);

@@ -11,20 +11,70 @@ Linear::Linear(Unit& unit, const std::string& name, int64_t in, int64_t out, Bia
   if (bias == Bias::kWith) bias_ = &unit.add_param(name + ".bias", {out}, ParamInit::kZeros);
 }
 
+namespace {
+
+// The adapter's input: x, or x after dropout (training with dropout > 0). Dropout is linear in
+// its input for a given mask, so the same call on a gradient is its backward.
+Tensor adapter_input(const Context& ctx, const LoraAdapter& a, const Tensor& x) {
+  if (a.dropout <= 0.0f || ctx.mode != Mode::kTrain) return x;
+  Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device(), ctx.stream);
+  kernels::dropout_apply(h, x, a.dropout, ctx.dropout_seed ^ a.salt, ctx.stream);
+  return h;
+}
+
+}  // namespace
+
 Tensor Linear::forward(Context& ctx, const Tensor& x) const {
   Tensor x2 = x.reshape(as_rows(x, in_));
-  Tensor y = Tensor::empty({x2.size(0), out_}, ctx.compute_dtype, ctx.device, ctx.stream);
+  const int64_t N = x2.size(0);
+  Tensor y = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
   kernels::matmul_forward(y, x2, weight_->value, bias_ != nullptr ? &bias_->value : nullptr,
                           ctx.stream);
+  for (const LoraAdapter& a : adapters_) {
+    const Tensor h = adapter_input(ctx, a, x2);
+    Tensor u = Tensor::empty({N, a.a->shape[0]}, ctx.compute_dtype, ctx.device, ctx.stream);
+    kernels::matmul_forward(u, h, a.a->value, nullptr, ctx.stream);
+    Tensor v = Tensor::empty({N, a.rows}, ctx.compute_dtype, ctx.device, ctx.stream);
+    kernels::matmul_forward(v, u, a.b->value, nullptr, ctx.stream);
+    kernels::cols_add(y, v, a.row0, a.scale, ctx.stream);
+  }
   return y;
 }
 
 void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const {
+  const Stream& s = ctx.stream;
   Tensor din2;
   if (din != nullptr) din2 = din->reshape(as_rows(*din, in_));
-  kernels::matmul_backward(
-      din != nullptr ? &din2 : nullptr, weight_->grad, bias_ != nullptr ? &bias_->grad : nullptr,
-      dout.reshape(as_rows(dout, out_)), x.reshape(as_rows(x, in_)), weight_->value, ctx.stream);
+  const Tensor x2 = x.reshape(as_rows(x, in_));
+  const Tensor dout2 = dout.reshape(as_rows(dout, out_));
+  const int64_t N = x2.size(0);
+  // A frozen unit's weight and bias have no gradient buffers: undefined skips them.
+  kernels::matmul_backward(din != nullptr ? &din2 : nullptr, weight_->grad,
+                           bias_ != nullptr && bias_->grad.defined() ? &bias_->grad : nullptr,
+                           dout2, x2, weight_->value, s);
+  for (const LoraAdapter& a : adapters_) {
+    // g = scale * dout[:, rows]; u = h A^T (recomputed: r values a row);
+    // dB += g^T u, du = g B; dA += du^T h, dx += dropout(du A).
+    Tensor g = Tensor::empty({N, a.rows}, dout2.dtype(), ctx.device, s);
+    kernels::cols_copy(g, dout2, a.row0, s);
+    kernels::scale_inplace(g, a.scale, s);
+    const Tensor h = adapter_input(ctx, a, x2);
+    const int64_t r = a.a->shape[0];
+    Tensor u = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
+    kernels::matmul_forward(u, h, a.a->value, nullptr, s);
+    Tensor du = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
+    kernels::matmul_backward(&du, a.b->grad, nullptr, g, u, a.b->value, s);
+    if (din == nullptr) {
+      kernels::matmul_backward(nullptr, a.a->grad, nullptr, du, h, a.a->value, s);
+      continue;
+    }
+    Tensor dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
+    kernels::matmul_backward(&dh, a.a->grad, nullptr, du, h, a.a->value, s);
+    if (a.dropout > 0.0f && ctx.mode == Mode::kTrain) {
+      kernels::dropout_apply(dh, dh, a.dropout, ctx.dropout_seed ^ a.salt, s);
+    }
+    kernels::add_inplace(din2, dh, s);
+  }
 }
 
 }  // namespace zt::nn

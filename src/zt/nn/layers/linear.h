@@ -5,12 +5,25 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "zt/nn/layer.h"
 
 namespace zt::nn {
 
 enum class Bias : unsigned char { kNone, kWith };
+
+// A low-rank adapter (LoRA) on output rows [row0, row0 + rows) of a Linear: y[:, rows] +=
+// scale * dropout(x) A^T B^T, A (r, in), B (rows, r); the rows are the whole output or one
+// projection of a fused one (q of [q | k | v]). Its parameters live in another unit (nn/lora.h).
+struct LoraAdapter {
+  Param* a = nullptr;
+  Param* b = nullptr;
+  int64_t row0 = 0, rows = 0;
+  float scale = 1.0f;    // alpha / r
+  float dropout = 0.0f;  // on the adapter's input, training only
+  uint64_t salt = 0;     // mixed into Context::dropout_seed: each adapter its own mask
+};
 
 // y = x W^T (+ b): x (N, in) -> y (N, out); W (out, in), the layout of torch.nn.Linear.
 class Linear {
@@ -22,17 +35,20 @@ class Linear {
   int64_t out_features() const { return out_; }
   Param& weight() const { return *weight_; }
   Param* bias() const { return bias_; }
+  void add_adapter(const LoraAdapter& adapter) { adapters_.push_back(adapter); }
+  const std::vector<LoraAdapter>& adapters() const { return adapters_; }
 
   // x (N, in) (any leading shape) -> (N, out).
   Tensor forward(Context& ctx, const Tensor& x) const;
-  // din (N, in) is written when not null; the parameters' gradients accumulate. `x` is
-  // forward's input.
+  // din (N, in) is written when not null; the parameters' gradients accumulate (those of a
+  // frozen unit, unbound, are skipped). `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const;
 
  private:
   int64_t in_, out_;
   Param* weight_;
   Param* bias_ = nullptr;
+  std::vector<LoraAdapter> adapters_;
 };
 
 // Rows of a tensor viewed as (numel / cols, cols).

@@ -30,6 +30,8 @@ class Mlp {
  public:
   Mlp(Unit& unit, const MlpNames& names, const MlpConfig& config);
   const MlpConfig& config() const { return config_; }
+  Linear& up() { return up_; }  // (adapters attach here: nn/lora.h)
+  Linear& down() { return down_; }
 
   // x (N, C) (any leading shape) -> (N, C); keeps the up projection's output.
   Tensor forward(Context& ctx, const Tensor& x);

@@ -91,6 +91,11 @@ Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
 
 Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
   const Stream& s = ctx.stream;
+  if (frozen()) {  // nothing to train here, and no input gradient to return
+    tokens_ = types_in_ = sum_ = Tensor();
+    if (norm_) norm_->release();
+    return Tensor();
+  }
   if (fused()) {  // (training never runs with a cache: positions start at 0)
     kernels::embedding_backward(wte_->grad, wpe_->grad, dout, tokens_, s);
     tokens_ = Tensor();
@@ -495,8 +500,11 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
   const Stream& s = ctx.stream;
   Param& w = table();
   Tensor dh = Tensor::empty(features_.shape(), dt, ctx.device, s);
-  kernels::matmul_backward(&dh, w.grad, lm_bias_ != nullptr ? &lm_bias_->grad : nullptr, logits_,
-                           features_, w.value, s);
+  // A frozen head (or a frozen tied table) has no gradient buffers: undefined skips them.
+  kernels::matmul_backward(&dh, w.grad,
+                           lm_bias_ != nullptr && lm_bias_->grad.defined() ? &lm_bias_->grad
+                                                                           : nullptr,
+                           logits_, features_, w.value, s);
   // The input of each stage, walking back: the transform reads the projection's output (or the
   // norm's, or x), the projection reads the norm's output (or x).
   const Tensor& before_transform = project_out_ ? projected_ : (final_norm_ ? normed_ : x_);

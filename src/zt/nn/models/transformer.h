@@ -103,6 +103,9 @@ class TransformerBlock : public Unit {
   Tensor backward(Context& ctx, const Tensor& dout) override;
   bool checkpointable() const override { return true; }
   void release_activations() override;
+  // The block's linear layers, in order: attention's fused q/k/v and output, the MLP's up (or
+  // fused gate/up) and down projections.
+  std::vector<Linear*> linears() { return {&attn_.qkv(), &attn_.out(), &mlp_.up(), &mlp_.down()}; }
 
  private:
   struct Names {
