@@ -30,4 +30,30 @@ rows = [l.strip().split(",") for l in open(sys.argv[2])][1:]
 got = [(int(s), float(v)) for s, v in rows]
 assert len(got) == len(want) == 6 and all(a[0] == b[0] and abs(a[1] - b[1]) <= 1e-12 * abs(b[1]) for a, b in zip(got, want)), (got, want)
 PY
+
+# wall_clock_breakdown: DeepSpeed's timer lines every micro-step and step, and the
+# elapsed_time_ms_* tags; the timed parts fit inside the step's own wall time (an independent
+# host clock: the run's tokens/s) and cover most of it.
+cat >"$tmp/wc.json" <<EOF2
+{"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "wall_clock_breakdown": true,
+ "csv_monitor": {"enabled": true, "output_path": "$tmp/csv", "job_name": "wc"}}
+EOF2
+XDG_CACHE_HOME=$tmp/cache "$zt" train --config "$tmp/wc.json" --steps 3 --seq-len 64 --device cpu --sample-tokens 0 \
+  --metrics-out "$tmp/wc.jsonl" >/dev/null 2>"$tmp/wc_err" || bad "wall_clock_breakdown run: $(tail -3 "$tmp/wc_err")"
+[ "$(grep -c 'time (ms) | fwd: [0-9.]* | bwd: [0-9.]* | bwd_inner: [0-9.]* | bwd_allreduce: [0-9.]* | step: [0-9.]*$' "$tmp/wc_err")" = 3 ] &&
+  [ "$(grep -c 'time (ms) | fwd_microstep: ' "$tmp/wc_err")" = 6 ] &&
+  ok "DeepSpeed's timer lines: one global line a step, one micro line a micro-step" || bad "timer lines: $(grep 'time (ms)' "$tmp/wc_err" | head -3)"
+python3 - "$tmp/wc.jsonl" "$tmp/csv/wc" <<'PY' && ok "elapsed_time_ms_* tags, inside the step's wall time" || bad "elapsed tags"
+import json, os, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+for r in recs:
+    parts = r["elapsed_time_ms_forward"] + r["elapsed_time_ms_backward"] + r["elapsed_time_ms_step"]
+    wall = 2 * 4 * 64 / r["tokens_per_s"] * 1000  # ms of the step: tokens per step / tokens per s
+    inner = r["elapsed_time_ms_backward_inner"] + r["elapsed_time_ms_backward_allreduce"]
+    print(f"step {r['step']}: fwd+bwd+step {parts:.1f} ms of {wall:.1f} ms; bwd {r['elapsed_time_ms_backward']:.1f} = inner+allreduce {inner:.1f}")
+    assert 0.5 * wall <= parts <= wall * 1.01 and abs(inner - r["elapsed_time_ms_backward"]) <= 0.05 * r["elapsed_time_ms_backward"] + 0.5
+for t in ("forward", "backward", "backward_inner", "backward_allreduce", "step"):
+    f = os.path.join(sys.argv[2], f"Train_Samples_elapsed_time_ms_{t}.csv")
+    assert open(f).readline().strip() == f"step,elapsed_time_ms_{t}", f
+PY
 [ $fails -eq 0 ] && echo "all ok" || { echo "$fails failure(s)"; exit 1; }

@@ -192,7 +192,7 @@ inline constexpr FieldSpec kTimersThroughputFields[] = {
 
 // Plain get_scalar_param blocks.
 inline constexpr FieldSpec kFlopsProfilerFields[] = {
-    {"enabled", "", K::kBool, "false", kNotActedOn},
+    {"enabled", "", K::kBool, "false"},
     {"recompute_fwd_factor", "", K::kNumber, "0.0"},
     {"profile_step", "", K::kInt, "1"},
     {"module_depth", "", K::kInt, "-1"},
