@@ -9,6 +9,18 @@
 //   zt_bench_gpt2 [--model gpt2] [--batch 16] [--seq 1024] [--dtype bf16] [--steps 20] [--warmup 5]
 //                 [--stage N] [--offload-optimizer none|cpu] [--pin-memory true|false]
 //                 [--zero-keys '"reduce_bucket_size": 5e7, "overlap_comm": true']
+//                 [--gradient-checkpointing] [--lora-dim R [--lora-alpha A] [--only-optimize-lora]]
+//
+// --gradient-checkpointing: activation checkpointing (EngineOptions::activation_checkpointing, as
+// `zt train --gradient-checkpointing`): each block keeps only its input and recomputes the rest
+// before its backward. --lora-dim R adds rank-R LoRA adapters (scale alpha / R, --lora-alpha,
+// default 1) to every linear module of the blocks (tasks/lora.h, before the engine is built);
+// --only-optimize-lora freezes everything else: in bf16 the frozen units keep only their bf16
+// compute copy (no gradient, no fp32 master, no Adam state), the adapters fp32 master weights and
+// AdamW state. The JSON line says "lora_dim" (0: none), "lora_alpha", "only_optimize_lora",
+// "trainable_params" and "checkpointing". Model FLOPs (for MFU) count 6 per trainable matmul
+// parameter and 4 per frozen one (forward and input gradient; a frozen weight has no weight
+// gradient), the same convention as bench/llama_torch.py --lora; recomputation is not counted.
 //
 // --zero-keys adds members to the zero_optimization block (needs --stage).
 // --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
@@ -38,6 +50,7 @@
 #include "zt/comm/env.h"
 #include "zt/checkpoint/model_open.h"
 #include "zt/runtime/engine.h"
+#include "zt/tasks/lora.h"
 #include "zt/zero/optimizer_offload.h"
 
 namespace {
@@ -53,7 +66,12 @@ struct Args {
   int stage = -1;  // -1: no zero_optimization block (DeepSpeed's default, stage 0)
   std::string offload_optimizer = "none";
   std::string pin_memory = "true";
-  std::string zero_keys;  // more zero_optimization keys, as JSON members ("k": v, ...)
+  std::string zero_keys;       // more zero_optimization keys, as JSON members ("k": v, ...)
+  bool checkpointing = false;  // --gradient-checkpointing
+  int lora_dim = 0;            // 0: no adapters
+  float lora_alpha = 1.0f;
+  bool lora_alpha_set = false;
+  bool only_optimize_lora = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -62,6 +80,15 @@ Args parse(int argc, char** argv) {
     std::string k = argv[i];
     // Launchers pass --local_rank=N (or --local_rank N); the rank comes from LOCAL_RANK instead.
     if (k.rfind("--local_rank=", 0) == 0) continue;
+    // Switches (no value).
+    if (k == "--gradient-checkpointing") {
+      a.checkpointing = true;
+      continue;
+    }
+    if (k == "--only-optimize-lora") {
+      a.only_optimize_lora = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "zt_bench_gpt2: option %s needs a value\n", k.c_str());
       std::exit(2);
@@ -90,6 +117,22 @@ Args parse(int argc, char** argv) {
       a.pin_memory = v;
     } else if (k == "--zero-keys") {
       a.zero_keys = v;
+    } else if (k == "--lora-dim") {
+      char* end = nullptr;
+      const long r = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || r < 1) {
+        std::fprintf(stderr, "zt_bench_gpt2: --lora-dim is a positive rank, not %s\n", v.c_str());
+        std::exit(2);
+      }
+      a.lora_dim = static_cast<int>(r);
+    } else if (k == "--lora-alpha") {
+      char* end = nullptr;
+      a.lora_alpha = std::strtof(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0') {
+        std::fprintf(stderr, "zt_bench_gpt2: --lora-alpha must be a number, not %s\n", v.c_str());
+        std::exit(2);
+      }
+      a.lora_alpha_set = true;
     } else {
       std::fprintf(stderr, "zt_bench_gpt2: unknown option %s\n", k.c_str());
       std::exit(2);
@@ -107,6 +150,11 @@ Args parse(int argc, char** argv) {
   }
   if (a.offload_optimizer == "cpu" && a.stage < 1) {
     std::fprintf(stderr, "zt_bench_gpt2: --offload-optimizer cpu needs --stage 1, 2 or 3\n");
+    std::exit(2);
+  }
+  if ((a.lora_alpha_set || a.only_optimize_lora) && a.lora_dim == 0) {
+    std::fprintf(stderr,
+                 "zt_bench_gpt2: --lora-alpha and --only-optimize-lora need --lora-dim R\n");
     std::exit(2);
   }
   if (!a.zero_keys.empty() && a.stage < 0) {
@@ -131,6 +179,15 @@ int run(int argc, char** argv) {
   }
   zt::nn::Transformer& model = *choice->model;
   const zt::nn::TransformerConfig& mc = model.transformer_config();
+  // LoRA adapters go on before the engine is built (it shards them and freezes the base).
+  if (a.lora_dim > 0) {
+    const zt::tasks::LoraOptions lo{
+        .r = a.lora_dim, .alpha = a.lora_alpha, .only_optimize = a.only_optimize_lora};
+    if (zt::Status st = zt::tasks::lora_apply(model, lo); !st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.message().c_str());
+      return 1;
+    }
+  }
   auto env = zt::dist_env_from_environment();
   if (!env) {
     std::fprintf(stderr, "%s\n", env.status().message().c_str());
@@ -177,7 +234,9 @@ int run(int argc, char** argv) {
     comm = std::move(c).value();
   }
   const bool print = env->rank == 0;
-  auto engine = zt::initialize(model, *cfg, {.device = *dev, .seed = 1, .comm = comm.get()});
+  auto engine = zt::initialize(
+      model, *cfg,
+      {.device = *dev, .seed = 1, .comm = comm.get(), .activation_checkpointing = a.checkpointing});
   if (!engine) {
     std::fprintf(stderr, "%s\n", engine.status().message().c_str());
     return 1;
@@ -256,13 +315,23 @@ int run(int argc, char** argv) {
   // Model FLOPs per token (PaLM's appendix B): 6 per parameter outside the embedding tables
   // (forward and backward of every matmul, the head included when it is tied, counted once) plus
   // attention's 12 L T (heads x head size); causal attention as usually counted, not halved.
-  double matmul_params = static_cast<double>(model.num_params());
-  for (zt::nn::Param* p : model.units()[0]->params()) matmul_params -= static_cast<double>(p->numel());
+  // A frozen unit's parameters count 4 (forward and input gradient: no weight gradient).
+  double matmul_flops = 0;  // per token
+  int64_t trainable_params = 0;
+  const auto& units = model.units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    int64_t n = 0;
+    for (zt::nn::Param* p : units[u]->params()) n += p->numel();
+    if (!units[u]->frozen()) trainable_params += n;
+    if (u == 0) continue;  // the embedding lookup
+    matmul_flops += (units[u]->frozen() ? 4.0 : 6.0) * static_cast<double>(n);
+  }
   if (mc.tied == zt::nn::Tied::kYes) {
-    matmul_params += static_cast<double>(mc.vocab_size) * static_cast<double>(mc.embed_dim);
+    matmul_flops += (units[0]->frozen() ? 4.0 : 6.0) * static_cast<double>(mc.vocab_size) *
+                    static_cast<double>(mc.embed_dim);
   }
   const double flops_per_token =
-      6.0 * matmul_params + 12.0 * mc.n_layer * a.seq * static_cast<double>(mc.n_head * mc.head_dim);
+      matmul_flops + 12.0 * mc.n_layer * a.seq * static_cast<double>(mc.n_head * mc.head_dim);
   const double peak_flops = 989e12 * world;  // H100 SXM dense bf16
   if (!print) return 0;
   nlohmann::json out = {{"impl", "zerotrain"},
@@ -281,7 +350,12 @@ int run(int argc, char** argv) {
                         {"peak_mem_bytes", zt::allocator_stats(*dev).peak_allocated_bytes},
                         {"first_loss", losses.front()},
                         {"last_loss", losses.back()},
-                        {"offload_optimizer", a.offload_optimizer}};
+                        {"offload_optimizer", a.offload_optimizer},
+                        {"checkpointing", a.checkpointing},
+                        {"lora_dim", a.lora_dim},
+                        {"lora_alpha", a.lora_dim > 0 ? a.lora_alpha : 0.0f},
+                        {"only_optimize_lora", a.only_optimize_lora},
+                        {"trainable_params", trainable_params}};
   const zt::zero::ModelStateBytes b = e.model_state_bytes();
   out["model_state_bytes_device"] = b.total();
   out["model_state_bytes_host"] = b.host_total();

@@ -9,11 +9,13 @@
 # (a model trained here, exported, loaded by transformers: same logits) cover the model families.
 # Section `tasks` trains sft, reward and mlm one step on the CPU and on the GPU (f32: the
 # first-step losses must agree) and 40 steps on the GPU (the loss must fall).
+# Section `lora` checks LoRA on the GPU against the CPU, activation checkpointing in bf16, and the
+# exported adapter against peft (tests/fixtures/hf/llama).
 # Section `tokenize` (CPU only; not in the default list) times tokenizer.json encoding next to
 # Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
 # GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
 # and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks") picks them;
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -30,7 +32,7 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
@@ -216,6 +218,169 @@ done
 rm -rf "$tt"
 fi
 
+if on lora; then
+echo "== lora: LoRA fine-tuning on the GPU against the CPU, activation checkpointing, and peft"
+# (1) first-step loss with adapters and dropout, CPU vs GPU (f32: the dropout masks are the same
+# function of the seed on both); (2) 30 bf16 GPU steps with and without --gradient-checkpointing
+# (the same losses); (3) a LoRA run of the llama fixture saved, exported merged and as a PEFT
+# adapter: peft loads the adapter onto the fixture model, and its loss on the fixture's SFT rows
+# equals transformers' on the merged export and zt eval's, its logits the merged model's.
+lt=$(mktemp -d)
+fx=tests/fixtures/hf/llama
+printf '{"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}}, "zero_optimization": {"stage": 2}}' >"$lt/f32.json"
+printf '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}' >"$lt/bf16.json"
+lora=(--lora-dim 8 --lora-alpha 16 --only-optimize-lora)
+common=(train --task sft --model "$fx" --data "$fx/sft.jsonl" --seq-len 16 --sample-tokens 0 --order sequential)
+lora_rc=0
+for dev in cpu cuda; do
+  "$bin"/zt "${common[@]}" "${lora[@]}" --lora-dropout 0.1 --config "$lt/f32.json" --steps 1 \
+    --device $dev --metrics-out "$lt/first_$dev.jsonl" >/dev/null 2>"$lt/first_$dev.err" ||
+    { echo "lora first step $dev: FAILED"; tail -3 "$lt/first_$dev.err"; lora_rc=1; }
+done
+for gc in plain ckpt; do
+  extra=(); [ $gc = ckpt ] && extra=(--gradient-checkpointing)
+  "$bin"/zt "${common[@]}" "${lora[@]}" "${extra[@]}" --config "$lt/bf16.json" --steps 30 \
+    --device cuda --metrics-out "$lt/gc_$gc.jsonl" >/dev/null 2>"$lt/gc_$gc.err" ||
+    { echo "lora bf16 $gc: FAILED"; tail -3 "$lt/gc_$gc.err"; lora_rc=1; }
+done
+"$bin"/zt "${common[@]}" "${lora[@]}" --config "$lt/f32.json" --steps 20 --device cuda \
+  --save "$lt/ck" >/dev/null 2>"$lt/run.err" || { echo "lora run: FAILED"; tail -3 "$lt/run.err"; lora_rc=1; }
+"$bin"/zt ckpt export-hf "$lt/ck" "$lt/merged" >/dev/null 2>&1 || { echo "merged export FAILED"; lora_rc=1; }
+"$bin"/zt ckpt export-hf "$lt/ck" "$lt/adapter" --adapter-only >/dev/null 2>&1 || { echo "adapter export FAILED"; lora_rc=1; }
+"$bin"/zt eval --task sft --model "$lt/merged" --data "$fx/sft.jsonl" --device cpu \
+  --metrics-out "$lt/zt_eval.json" >/dev/null 2>&1 || { echo "zt eval FAILED"; lora_rc=1; }
+python3 - "$lt" "$fx" <<'PY' | tee -a "$out/lora.txt" || lora_rc=1
+import json, sys
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+d, fx = sys.argv[1], sys.argv[2]
+loss = lambda f: [json.loads(l)["loss"] for l in open(f"{d}/{f}") if '"loss"' in l]
+ok = True
+c, g = loss("first_cpu.jsonl")[0], loss("first_cuda.jsonl")[0]
+good = abs(c - g) <= 1e-4 * max(1.0, abs(c)); ok &= good
+print(f"lora first-step loss (dropout 0.1) cpu {c:.6f} cuda {g:.6f}: {'ok' if good else 'FAIL'}")
+a, b = loss("gc_plain.jsonl"), loss("gc_ckpt.jsonl")
+worst = max(abs(x - y) for x, y in zip(a, b))
+good = len(a) == len(b) == 30 and worst <= 1e-3 * max(1.0, abs(a[0])) and a[-1] < a[0]; ok &= good
+print(f"bf16 ZeRO-3 LoRA, 30 steps with/without activation checkpointing: {a[0]:.4f} -> {a[-1]:.4f}, "
+      f"worst difference {worst:.2e}: {'ok' if good else 'FAIL'}")
+rows = [json.loads(l) for l in open(f"{fx}/sft.jsonl")]
+base = AutoModelForCausalLM.from_pretrained(fx, dtype=torch.float32)
+peft_model = PeftModel.from_pretrained(base, f"{d}/adapter").eval()
+merged = AutoModelForCausalLM.from_pretrained(f"{d}/merged", dtype=torch.float32).eval()
+def file_loss(m):
+    tot, n, logits = 0.0, 0, []
+    for r in rows:
+        ids = torch.tensor([r["input_ids"]]); lab = torch.tensor([r["labels"]])
+        with torch.no_grad():
+            lg = m(input_ids=ids).logits
+        logits.append(lg)
+        sl, tl = lg[0, :-1], lab[0, 1:]
+        keep = tl != -100
+        tot += torch.nn.functional.cross_entropy(sl[keep], tl[keep], reduction="sum").item()
+        n += int(keep.sum())
+    return tot / n, logits
+pl, plog = file_loss(peft_model)
+ml, mlog = file_loss(merged)
+zl = json.load(open(f"{d}/zt_eval.json"))["loss"]
+dlog = max((x - y).abs().max().item() for x, y in zip(plog, mlog))
+good = dlog <= 1e-4 and abs(pl - ml) <= 1e-5 and abs(zl - pl) <= 1e-4 * max(1.0, pl); ok &= good
+print(f"peft adapter on the fixture: loss {pl:.6f}; transformers on the merged export {ml:.6f}; "
+      f"zt eval {zl:.6f}; logits differ by {dlog:.2e}: {'ok' if good else 'FAIL'}")
+sd = peft_model.merge_and_unload().state_dict()
+from safetensors.torch import load_file
+mw = load_file(f"{d}/merged/model.safetensors")
+dw = max((sd[k].float() - v.float()).abs().max().item() for k, v in mw.items() if k in sd)
+good = dw <= 1e-5; ok &= good
+print(f"peft's merge_and_unload weights vs the merged export: max difference {dw:.2e}: {'ok' if good else 'FAIL'}")
+sys.exit(0 if ok else 1)
+PY
+rm -rf "$lt"
+fi
+
+if on lora_bench; then
+# Section `lora_bench` (not in the default list): fine-tuning on one GPU next to transformers,
+# eager and torch.compile (bench/llama_torch.py), bf16, sequence 2048, 6 timed steps after 2
+# warm-up: (1) LoRA on llama-8b, rank 16, alpha 32, on every linear module of the blocks, the base
+# frozen (both sides keep bf16 base weights and fp32 adapters with their AdamW state), batch 1 and
+# 2, with and without activation checkpointing; (2) the cost of activation checkpointing in full
+# fine-tuning of llama-1b, batch 4. Runs go in order of interest while ZT_LB_BUDGET_S (default
+# 360) lasts: each under `timeout` (its cap or the time left), skipped when less than its minimum
+# is left. JSON lines in lora_bench.jsonl, logs in lb_*.log, the table in lora_bench.txt.
+lbo=$out/lora_bench.jsonl
+: >"$lbo"
+lb_end=$((SECONDS + ${ZT_LB_BUDGET_S:-360}))
+lb_steps=(--seq 2048 --steps "${ZT_LB_STEPS:-6}" --warmup "${ZT_LB_WARMUP:-2}")
+# lb_run MIN_S CAP_S LOG COMMAND...: COMMAND under timeout min(CAP_S, time left), stdout to $lbo.
+lb_run() {
+  local min=$1 cap=$2 log=$3 left=$((lb_end - SECONDS)) rc
+  shift 3
+  if [ "$left" -lt "$min" ]; then echo "lora_bench: ${left}s left, skipped: $*"; return; fi
+  [ "$cap" -le "$left" ] || cap=$left
+  timeout "$cap" "$@" >>"$lbo" 2>"$log"
+  rc=$?
+  [ "$rc" = 0 ] || { echo "lora_bench: exit $rc$([ "$rc" = 124 ] && echo ' (timed out)') of: $*"; tail -3 "$log"; }
+}
+echo "== lora_bench: llama-8b LoRA r16 (batch 1, 2) and llama-1b full (batch 4), seq 2048, bf16," \
+  "with and without activation checkpointing: ZeroTrain, transformers eager, torch.compile"
+# impl model batch lora-rank checkpointing
+lb_plan=("zt llama-8b 1 16 1" "eager llama-8b 1 16 1" "compile llama-8b 1 16 1"
+  "zt llama-8b 2 16 0" "eager llama-8b 2 16 0"
+  "zt llama-1b 4 0 1" "eager llama-1b 4 0 1" "zt llama-1b 4 0 0" "eager llama-1b 4 0 0"
+  "zt llama-8b 1 16 0" "eager llama-8b 1 16 0" "zt llama-8b 2 16 1" "eager llama-8b 2 16 1"
+  "compile llama-1b 4 0 1" "compile llama-1b 4 0 0" "compile llama-8b 2 16 0")
+for lb_p in "${lb_plan[@]}"; do
+  read -r lb_i lb_m lb_b lb_r lb_k <<<"$lb_p"
+  lb_tag=${lb_m}_b${lb_b}_r${lb_r}_ckpt${lb_k}
+  lb_zt=(--model "$lb_m" --batch "$lb_b" --dtype bf16 "${lb_steps[@]}")
+  lb_pt=(--model "$lb_m" --batch "$lb_b" "${lb_steps[@]}")
+  if [ "$lb_r" != 0 ]; then
+    lb_zt+=(--lora-dim "$lb_r" --lora-alpha $((2 * lb_r)) --only-optimize-lora)
+    lb_pt+=(--lora "$lb_r")
+  fi
+  [ "$lb_k" = 0 ] || { lb_zt+=(--gradient-checkpointing); lb_pt+=(--checkpointing); }
+  case $lb_i in
+    zt) lb_run 30 150 "$out/lb_zt_$lb_tag.log" "$bin"/zt_bench_gpt2 "${lb_zt[@]}" ;;
+    eager) lb_run 30 150 "$out/lb_eager_$lb_tag.log" python3 bench/llama_torch.py "${lb_pt[@]}" ;;
+    compile)
+      [ "${ZT_BENCH_COMPILE:-1}" = "1" ] || continue
+      lb_min=60; [ "$lb_m" = llama-1b ] || lb_min=100
+      lb_run "$lb_min" 300 "$out/lb_compile_$lb_tag.log" python3 bench/llama_torch.py "${lb_pt[@]}" --compile ;;
+  esac
+done
+python3 - "$lbo" <<'PY' | tee "$out/lora_bench.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.lstrip().startswith("{")]
+key = lambda r: (r["model"], r.get("lora_dim", 0), bool(r.get("checkpointing")), r["batch"])
+find = lambda k, impl: next((r for r in rows if key(r) == k and r["impl"] == impl), None)
+order = {"zerotrain": 0, "torch-eager": 1, "torch.compile": 2}
+print(f"\n{'impl':<14}{'model':<10}{'lora':>5}{'ckpt':>5}{'batch':>6}{'tokens/s':>10}{'MFU':>7}"
+      f"{'peak GiB':>10}{'zt/eager':>10}{'zt/compile':>12}{'mem zt/eager':>14}")
+for k in sorted(dict.fromkeys(key(r) for r in rows), key=lambda k: (k[0] != "llama-8b", k)):
+    z = find(k, "zerotrain")
+    for r in sorted((r for r in rows if key(r) == k), key=lambda r: order.get(r["impl"], 3)):
+        cells = []
+        for peer, field in (("torch-eager", "tokens_per_s"), ("torch.compile", "tokens_per_s"),
+                            ("torch-eager", "peak_mem_bytes")):
+            t = find(k, peer)
+            cells.append(f"{z[field] / t[field]:.2f}x" if r is z and t else "-")
+        print(f"{r['impl']:<14}{r['model']:<10}{k[1] or 'full':>5}{'yes' if k[2] else 'no':>5}{r['batch']:>6}"
+              f"{r['tokens_per_s']:>10.0f}{r['mfu']:>7.3f}{r['peak_mem_bytes'] / 2**30:>10.2f}"
+              f"{cells[0]:>10}{cells[1]:>12}{cells[2]:>14}")
+print("(zt/eager, zt/compile: ZeroTrain's tokens/s over the peer's, same model, LoRA rank, "
+      "checkpointing and batch; mem: ZeroTrain's peak over eager's; MFU counts 4 FLOPs per frozen "
+      "parameter, 6 per trained one)")
+print("activation checkpointing: tokens/s with it over without, peak GiB without -> with")
+for impl in order:
+    for m, lr, b in dict.fromkeys((k[0], k[1], k[3]) for k in map(key, rows)):
+        on, off = find((m, lr, True, b), impl), find((m, lr, False, b), impl)
+        if on and off:
+            print(f"  {impl:<14}{m} {f'LoRA r{lr}' if lr else 'full'}, batch {b}: {on['tokens_per_s'] / off['tokens_per_s']:.3f}x, "
+                  f"{off['peak_mem_bytes'] / 2**30:.1f} -> {on['peak_mem_bytes'] / 2**30:.1f} GiB")
+PY
+fi
+
 if on tokenize; then
 tk=${ZT_TOK_DIR:-/tmp/zt_tok_bench}
 nt=$(nproc)
@@ -260,6 +425,12 @@ ck = [json.loads(l) for l in open(f"{out}/ckpt.jsonl") if l.strip()]
 zt = next((r for r in rows if r["impl"] == "zerotrain"), None)
 print(f"GPU tests: {tests} (exit {gpu_rc});  zt train gpt2 bf16: exit {train_rc};  "
       f"export to transformers: exit {export_rc}")
+for name in ("tasks.txt", "lora.txt"):  # one line per check, ending ok or FAIL
+    try:
+        for line in open(f"{out}/{name}"):
+            print(line.rstrip())
+    except OSError:
+        pass
 print(f"{'impl':<14}{'tokens/s':>12}{'step ms':>10}{'peak GiB':>10}{'vs zerotrain':>14}")
 for r in rows:
     ratio = (zt["tokens_per_s"] / r["tokens_per_s"]) if zt else float("nan")
