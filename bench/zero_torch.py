@@ -12,7 +12,13 @@ zt launch): the GPT of bench/gpt2_torch.py trained data-parallel as
                            memory and the optimizer steps on the CPU (the peer of ZeroTrain's
                            stage 3 + offload_optimizer cpu; FSDP2 also keeps the parameter shards
                            on the host, as offload_param would, and copies them in per block);
-FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32). Fused AdamW (lr 6e-4,
+FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32).
+--compile adds torch.compile the way torchtitan does for FSDP2: each block compiled alone
+(torch.compile(block, fullgraph=True)) before fully_shard wraps it, so FSDP2's hooks run eagerly
+around the compiled blocks (the embeddings, final layernorm, head and loss stay eager); with ddp,
+torch.compile of the DDP-wrapped model (DDPOptimizer splits the graph at the buckets). The
+compilation happens in the warm-up steps, which are not timed (give --warmup >= 3); impl is then
+reported as torch-IMPL-compile. Fused AdamW (lr 6e-4,
 betas 0.9/0.95, weight decay 0.1; with offload the fused CPU kernel, torch.get_num_threads()
 threads: set OMP_NUM_THREADS to the cores per rank, torchrun sets 1 for several ranks), gradient
 clipping 1.0, random tokens (a different stream per
@@ -22,7 +28,7 @@ as the C++ side takes it). Rank 0 prints one JSON line: tokens_per_s counts ever
 torch.cuda.max_memory_allocated over the timed steps.
 
     torchrun --standalone --nproc_per_node 2 bench/zero_torch.py --impl fsdp2-reshard \
-        --model gpt2 --batch 16 --seq 1024
+        --model gpt2 --batch 16 --seq 1024 [--compile]
 
 Assumes torchrun's environment and one GPU per rank; FSDP2 needs torch >= 2.4 (public as
 torch.distributed.fsdp.fully_shard from 2.6, under torch.distributed._composable.fsdp before)."""
@@ -62,11 +68,21 @@ def init_distributed(dev, impl):
         dist.init_process_group(backend)
 
 
-def wrap(model, impl, local_rank):
+def wrap(model, impl, local_rank, compile_=False):
     """The model ready to train and whether its forward needs bf16 autocast."""
     if impl == "ddp":
-        return DDP(model, device_ids=[local_rank]), True
+        ddp = DDP(model, device_ids=[local_rank])
+        return (torch.compile(ddp) if compile_ else ddp), True
     fully_shard, MixedPrecisionPolicy, CPUOffloadPolicy = fsdp2_api()
+    if compile_:
+        # torchtitan's recipe: every block compiled alone, before FSDP2 wraps it. The blocks share
+        # one compiled graph (nn modules inlined, parameters as inputs); the limit is raised so
+        # that a recompilation per block could never fall back to eager unnoticed.
+        cfg = torch._dynamo.config  # recompile_limit: cache_size_limit before torch 2.6
+        limit = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+        setattr(cfg, limit, max(getattr(cfg, limit), 2 * len(model.blocks)))
+        for i, blk in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(blk, fullgraph=True)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = impl in ("fsdp2-reshard", "fsdp2-offload")
     extra = {}
@@ -86,6 +102,8 @@ def main():
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile each block (FSDP2) or the DDP model (module docstring)")
     a = p.parse_args()
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
@@ -99,7 +117,7 @@ def main():
     with torch.device(dev):  # initialised on the GPU: a CPU init of 1.3B parameters takes long
         model = GPT(n_layer, n_head, c)
     n_params = sum(t.numel() for t in model.parameters())
-    train, autocast = wrap(model, a.impl, local_rank)
+    train, autocast = wrap(model, a.impl, local_rank, a.compile)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=True)
     gen = torch.Generator(device=dev)
@@ -126,7 +144,8 @@ def main():
             times.append(start.elapsed_time(stop))
     med = sorted(times)[len(times) // 2]
     if rank == 0:
-        print(json.dumps({"impl": "torch-" + a.impl, "model": a.model, "params": n_params,
+        print(json.dumps({"impl": "torch-" + a.impl + ("-compile" if a.compile else ""),
+                          "model": a.model, "params": n_params, "compile": a.compile,
                           "batch": a.batch, "seq": a.seq, "world_size": world, "dtype": "bf16",
                           "steps": a.steps, "step_ms_median": med,
                           "tokens_per_s": a.batch * a.seq * world / (med / 1000),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs on a machine with two GPUs (H200s), over a bundle made by scripts/gpu_bundle.sh, from the
-# repository root's copy that holds gpu_bundle/ and bench/:
+# Runs on a machine with two GPUs (H100s or H200s), over a bundle made by scripts/gpu_bundle.sh,
+# from the repository root's copy that holds gpu_bundle/ and bench/:
 #   (a) the NCCL communicator tests (zt_unit_tests --gtest_filter='Nccl*');
 #   (b) ZeRO stages 0-3 over NCCL against the single-GPU run with the same global batch: gpt2-tiny,
 #       fp32, SGD with momentum (linear in the gradients, so only summation order differs; see
@@ -15,15 +15,73 @@
 #       (bench/comm_torch.py), bf16, 1 MiB .. 1 GiB;
 #   (d) ZeRO training throughput: ZeroTrain stages 0-3 (bench/gpt2_bench.cc --stage N) next to
 #       torch DDP and FSDP2 with reshard_after_forward True (~ZeRO-3) and False (~ZeRO-2)
-#       (bench/zero_torch.py), bf16, gpt2 and gpt-1.3b, seq 1024: tokens/s, peak GiB, ratios.
+#       (bench/zero_torch.py), bf16, gpt2 and gpt-1.3b, seq 1024: tokens/s, peak GiB, ratios;
+#   (e) checkpoints across GPU counts at ZeRO-3 through `zt train --save/--load`: gpt2-tiny as in
+#       (b) (fp32, SGD with momentum, sequential order, global batch 16, seq 64). Uninterrupted
+#       10-step runs on 2 GPUs and on 1 (the references); 5-step runs on 2 and on 1 that save;
+#       then resumes to step 10 from the 2-GPU checkpoint on 1 GPU (w2->w1) and on 2 (w2->w2), and
+#       from the 1-GPU checkpoint on 2 (w1->w2). A resume must start at step 6, its log must say
+#       where the checkpoint came from, its losses of steps 6-10 must be within 1e-4 relative of
+#       both uninterrupted runs' (the saving and the resuming GPU count; they differ only by
+#       summation order, as in (b)) and its final parameters within 1e-4 in relative norm. The
+#       same in bf16 with AdamW and a warm-up LR schedule that crosses the resume, within 5e-3
+#       relative (parameters 2e-2), or twice the two uninterrupted runs' own difference where that
+#       is larger: bf16 rounds every activation to 8 bits of mantissa, so the other GEMM shapes of
+#       another GPU count move each loss by up to ~1e-3 before any checkpoint is involved, and
+#       Adam divides by sqrt(v), so where a gradient element is a near-cancelling sum the
+#       summation order decides an update of size lr (tests/dist/zero_equivalence.py): the
+#       uninterrupted runs drift apart at that level (the table prints it as "noise"). So that
+#       the looser bound still means something, a control resume without the optimizer state
+#       (--no-load-optimizer-states: Adam restarts, its first update is lr * sign(g)) must land
+#       outside it (on 2 CPU ranks: noise 6e-5, control 0.13);
+#   (f) checkpoint speed at ZeRO-3 on both GPUs, bf16 training state (fp32 master + AdamW: 12
+#       bytes per parameter, sharded over the 2 ranks): `zt launch zt_bench_ckpt --stage 3` (each
+#       rank writes and reads its shard; bytes = the whole folder over the slowest rank's time)
+#       next to torch.distributed.checkpoint of an FSDP2 model + AdamW over torchrun's 2 ranks
+#       (bench/ckpt_torch.py --fsdp2: get_state_dict, dcp.save / dcp.load, set_state_dict), on
+#       local disk (ZT_CKPT_DIST_DIR, default /tmp/zt_dist_ckpt, emptied after each run), the page
+#       cache dropped before each load where the process may (root), with the disk's own write
+#       speed (dd, 4 GiB, O_DIRECT). gpt-1.3b (15.8 GB; ZeroTrain also times the asynchronous
+#       save's stall) and gpt-6.7b (80 GB; skipped when the disk has no room);
+#   (g) the compiled peer of (d): FSDP2 with torch.compile (bench/zero_torch.py --compile: each
+#       block compiled alone before fully_shard, torchtitan's recipe; the warm-up steps, which
+#       compile, are not timed), reshard True and False, for (d)'s models; without (d) in the same
+#       call ZeroTrain's stages 2 and 3 run here too, so that the ratios come from one call;
+#   (h) the GPU test suite (zt_gpu_tests, all of it) and the unit tests that use two GPUs or test
+#       checkpoints (zt_unit_tests --gtest_filter=ZT_DIST_UNIT_FILTER, default
+#       'Nccl*:*Checkpoint*:HfExport*:StateBytes*:LrScheduler.ResumeAndState').
 # Each part runs whatever happened to the others; results (JSON lines, logs) go to
 # ${OUT:-gpu_out}, and a short table comes last. NVLink SHARP stays off (NCCL_NVLS_ENABLE=0: the
-# lent machines do not support NVLS multicast). Exits non-zero when a part failed. Target run
-# time: under 8 minutes (no torch.compile here).
+# lent machines do not support NVLS multicast). Exits non-zero when a part failed.
+#
+# Wall time per part on two H100s (estimates: (a)-(d) from earlier calls, the others from their
+# run counts, the disk's speed and compile times; the CPU dry run of (e) takes 15-40 s):
+#   a 0.5 min; b 2-3 min (16 short runs); c 1.5 min; d 4 min (2 min per model);
+#   e 2-3 min (15 short runs of gpt2-tiny, 5-10 s each, mostly start-up);
+#   f 2 min for gpt-1.3b (2 x 16 GB written and read, ZeroTrain's two asynchronous saves, dd)
+#     and 5-8 min for gpt-6.7b (2 x 80 GB at 1-2 GB/s: alone in its call);
+#   g 2.5-3.5 min per model (two compiled runs, 40-90 s of compilation each, plus ZeroTrain
+#     stages 2 and 3 when d is not in the call);
+#   h 3-5 min (zt_gpu_tests, whose tests use the first GPU, then the unit tests, about 10 s).
+# A device call has 10 minutes, so run the parts in groups, e.g.
+#   ZT_DIST_PARTS=abcd
+#   ZT_DIST_PARTS=eh
+#   ZT_DIST_PARTS=f ZT_DIST_CKPT_MODELS=gpt-1.3b      ZT_DIST_PARTS=f ZT_DIST_CKPT_MODELS=gpt-6.7b
+#   ZT_DIST_PARTS=dg ZT_DIST_MODELS=gpt2:16           ZT_DIST_PARTS=dg ZT_DIST_MODELS=gpt-1.3b:4
+# Every command is also cut to the call's deadline (ZT_DIST_DEADLINE_S, default 570 s from the
+# start; 0: none), so that the table still comes out when a part runs long.
 #
 # Knobs: ZT_DIST_PARTS (default abcd), ZT_BENCH_STEPS (timed steps, default 20),
-# ZT_DIST_MODELS (model:micro-batch list, default "gpt2:16 gpt-1.3b:4"), ZT_BENCH_ZERO_KEYS (part d's
-# extra zero_optimization members for ZeroTrain).
+# ZT_DIST_MODELS (model:micro-batch list for d and g, default "gpt2:16 gpt-1.3b:4"),
+# ZT_BENCH_ZERO_KEYS (d's and g's extra zero_optimization members for ZeroTrain),
+# ZT_DIST_CKPT_VARIANTS (e, default "fp32-sgd bf16-adamw"), ZT_DIST_CKPT_MODELS (f, default
+# "gpt-1.3b gpt-6.7b"), ZT_DIST_CKPT_IMPLS (f, default "zt torch"), ZT_CKPT_DIST_DIR (f),
+# ZT_DIST_COMPILE_IMPLS (g, default "fsdp2-reshard fsdp2-noreshard"; ddp compiles DDP's model),
+# ZT_DIST_UNIT_FILTER (h), ZT_DIST_DEADLINE_S. A dry run of the ZeroTrain side of (e) and (f)
+# without GPUs: ZT_DIST_DEVICE=cpu (2 CPU ranks over Gloo, `zt launch --num_procs 2`) and
+# ZT_DIST_BIN=<a folder with zt and zt_bench_ckpt, e.g. build/bin>, e.g.
+#   ZT_DIST_DEVICE=cpu ZT_DIST_BIN=$PWD/build/bin ZT_DIST_PARTS=ef ZT_DIST_CKPT_MODELS=gpt2 \
+#     ZT_DIST_CKPT_IMPLS=zt OUT=/tmp/dry bash scripts/gpu_dist_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -37,34 +95,66 @@ export LD_LIBRARY_PATH="$root/gpu_bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_
 # A hang fails in minutes, not DeepSpeed's 30; a failed rank takes its peer down in 5 s.
 export ZT_COMM_TIMEOUT_S=${ZT_COMM_TIMEOUT_S:-300}
 export ZT_LAUNCH_GRACE_S=${ZT_LAUNCH_GRACE_S:-5}
-bin=$root/gpu_bundle/bin
+bin=${ZT_DIST_BIN:-$root/gpu_bundle/bin}
 parts=${ZT_DIST_PARTS:-abcd}
 steps=${ZT_BENCH_STEPS:-20}
 models=${ZT_DIST_MODELS:-gpt2:16 gpt-1.3b:4}
+deadline=${ZT_DIST_DEADLINE_S:-570}
+device=${ZT_DIST_DEVICE:-cuda}
 # Part d's zero_optimization tuning for every stage: buckets of 5e7 elements reduced on the
 # communication stream while backward runs (DeepSpeed's defaults, 5e8 and overlap only at stage 3,
 # would reduce all of GPT-2 124M after backward).
 zero_keys=${ZT_BENCH_ZERO_KEYS:-\"reduce_bucket_size\": 50000000, \"overlap_comm\": true}
 port=29600
+ranks=(--num_gpus 2)
+ck_dev=()
+if [[ $device == cpu ]]; then  # the dry run: 2 CPU ranks over Gloo
+  ranks=(--num_procs 2)
+  ck_dev=(--device cpu)
+fi
 
+# Runs a command (from $2) under timeout: its own limit $1, cut to what is left before the
+# call's deadline (less the 15 s that timeout -k grants after it and a few seconds for the
+# table); past the deadline it is not started and fails as a timeout would (124).
+capped() {
+  local c=$1 left
+  if ((deadline > 0)); then
+    left=$((deadline - SECONDS - 20))
+    ((left < c)) && c=$left
+    if ((c < 5)); then
+      echo "not run: past the call's deadline (ZT_DIST_DEADLINE_S=$deadline): ${*:2}" >&2
+      return 124
+    fi
+  fi
+  timeout -k 15 "$c" "${@:2}"
+}
 # zt launch on both GPUs, a fresh rendezvous port each time (no wait for a closing socket).
 zt_launch() {
   port=$((port + 1))
-  timeout -k 15 "$1" "$bin"/zt launch --num_gpus 2 --master_port "$port" "${@:2}"
+  capped "$1" "$bin"/zt launch "${ranks[@]}" --master_port "$port" "${@:2}"
+}
+# One process on the first GPU.
+one_gpu() {
+  capped "$1" env CUDA_VISIBLE_DEVICES=0 "${@:2}"
 }
 # torchrun (through python3 -m, which needs no script on PATH) with torch's own library path.
 torch_run() {
-  LD_LIBRARY_PATH="$torch_ld" timeout -k 15 "$1" \
+  capped "$1" env LD_LIBRARY_PATH="$torch_ld" \
     python3 -m torch.distributed.run --standalone --nproc_per_node 2 "${@:2}"
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+if [[ $device == cpu ]]; then
+  echo "dry run on the CPU (ZT_DIST_DEVICE=cpu): 2 Gloo ranks" | tee "$out/gpu.txt"
+else
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+fi
 start_s=$SECONDS
 a_rc=skipped b_rc=skipped c_rc=skipped d_rc=skipped
+e_rc=skipped f_rc=skipped g_rc=skipped h_rc=skipped
 
 if [[ $parts == *a* ]]; then
   echo "== (a) NCCL communicator tests"
-  timeout -k 15 300 "$bin"/zt_unit_tests --gtest_filter='Nccl*' --gtest_brief=1 \
+  capped 300 "$bin"/zt_unit_tests --gtest_filter='Nccl*' --gtest_brief=1 \
     --gtest_output=json:"$out/nccl_tests.json" >"$out/nccl_tests.log" 2>&1
   a_rc=$?
   tail -5 "$out/nccl_tests.log"
@@ -94,7 +184,7 @@ EOF
              --sample-tokens 0 --order sequential "${extra[@]}")
       # The single-GPU run goes first: it also prepares the default corpus, which the two ranks
       # would otherwise both write at once.
-      CUDA_VISIBLE_DEVICES=0 timeout -k 15 180 "$bin"/zt "${train[@]}" \
+      one_gpu 180 "$bin"/zt "${train[@]}" \
         --metrics-out "$eq/w1_$c.jsonl" --dump-params "$eq/w1_$c.bin" \
         >"$eq/w1_$c.log" 2>&1 ||
         { b_rc=1; echo "$c 1-GPU run failed:"; tail -3 "$eq/w1_$c.log"; }
@@ -165,12 +255,218 @@ if [[ $parts == *d* ]]; then
   done
 fi
 
+if [[ $parts == *e* ]]; then
+  echo "== (e) checkpoints across GPU counts at ZeRO-3: gpt2-tiny saved at step 5 on 2 GPUs (1)," \
+    "resumed on 1 (2) to step 10, against the uninterrupted runs"
+  ck=$out/ckpt_resume
+  rm -rf "$ck"
+  mkdir -p "$ck"
+  e_rc=0
+  variants=${ZT_DIST_CKPT_VARIANTS:-fp32-sgd bf16-adamw}
+  # One run of variant $v: name, number of GPUs, then its own flags (steps, save, load).
+  e_train() {
+    local name=$1 world=$2 log=$ck/${v}_$1.log
+    local args=("${e_args[@]}" --metrics-out "$ck/${v}_$name.jsonl" --dump-params "$ck/${v}_$name.bin"
+                "${@:3}")
+    if ((world == 1)); then
+      one_gpu 180 "$bin"/zt "${args[@]}" >"$log" 2>&1
+    else
+      zt_launch 180 "$bin"/zt "${args[@]}" >"$log" 2>&1
+    fi || { e_rc=1; echo "$v $name failed:"; tail -3 "$log"; }
+  }
+  for v in $variants; do
+    case $v in
+      fp32-sgd) optim='"optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}}' ;;
+      # The warm-up (8 steps) crosses the resume: a lost scheduler state restarts it from 0.
+      bf16-adamw) optim='"bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 8, "warmup_max_lr": 3e-3}}' ;;
+      *) echo "(e) unknown variant $v"; e_rc=1; continue ;;
+    esac
+    cat >"$ck/$v.json" <<EOF
+{"train_batch_size": 16, "gradient_clipping": 1.0, "zero_allow_untested_optimizer": true,
+ $optim,
+ "zero_optimization": {"stage": 3, "reduce_bucket_size": 50000,
+                       "stage3_param_persistence_threshold": 5000}}
+EOF
+    e_args=(train --config "$ck/$v.json" --model gpt2-tiny --seq-len 64 --sample-tokens 0
+            --order sequential)
+    # The 1-GPU run goes first: it also prepares the default corpus (see part b).
+    e_train w1_full 1 --steps 10
+    e_train w2_full 2 --steps 10
+    e_train w1_first 1 --steps 5 --save "$ck/${v}_ckpt_w1"
+    e_train w2_first 2 --steps 5 --save "$ck/${v}_ckpt_w2"
+    e_train w2_to_w1 1 --steps 10 --load "$ck/${v}_ckpt_w2"
+    e_train w1_to_w2 2 --steps 10 --load "$ck/${v}_ckpt_w1"
+    e_train w2_to_w2 2 --steps 10 --load "$ck/${v}_ckpt_w2"
+    if [[ $v == bf16-adamw ]]; then
+      e_train w2_to_w1_noopt 1 --steps 10 --load "$ck/${v}_ckpt_w2" --no-load-optimizer-states
+    fi
+    rm -rf "$ck/${v}_ckpt_w1" "$ck/${v}_ckpt_w2"
+  done
+  python3 - "$ck" "$variants" <<'PY' || e_rc=1
+# Each resume against the uninterrupted runs of the saving and of the resuming GPU count.
+import array, json, math, sys
+ck, variants = sys.argv[1], sys.argv[2].split()
+# Loss (relative, every step 6-10) and final-parameter (relative norm) bounds; the header of
+# scripts/gpu_dist_check.sh says why bf16 + Adam needs the looser ones. Those are floors: with
+# bf16 the bound is twice the uninterrupted runs' own difference where that is larger (a resume
+# across GPU counts runs part of the way at each count, so it cannot be expected to agree with
+# either better than they agree with each other), and the control must still land outside it.
+TOL = {"fp32-sgd": (1e-4, 1e-4), "bf16-adamw": (5e-3, 2e-2)}
+ADAPTIVE = {"bf16-adamw"}
+CASES = [("w2->w1", 2, 1, "w2_to_w1"), ("w1->w2", 1, 2, "w1_to_w2"), ("w2->w2", 2, 2, "w2_to_w2")]
+def steps(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path))
+            if r.get("type") != "run" and "loss" in r}
+def floats(path):
+    a = array.array("f")
+    a.frombytes(open(path, "rb").read())
+    return a
+def loss_diff(got, ref):
+    return max(abs(got[s] - ref[s]) / abs(ref[s]) for s in range(6, 11))
+def param_diff(got, ref):
+    if len(got) != len(ref) or not ref:
+        return math.inf
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(got, ref))) / math.sqrt(sum(y * y for y in ref))
+ok_all, summary = True, {}
+for v in variants:
+    tol, ptol = TOL.get(v, (1e-4, 1e-4))
+    f = lambda name, ext: f"{ck}/{v}_{name}.{ext}"
+    try:
+        ref = {w: steps(f(f"w{w}_full", "jsonl")) for w in (1, 2)}
+        refp = {w: floats(f(f"w{w}_full", "bin")) for w in (1, 2)}
+        noise, pnoise = loss_diff(ref[1], ref[2]), param_diff(refp[1], refp[2])
+        print(f"{v}: the uninterrupted 1- and 2-GPU runs differ by {noise:.2e} (steps 6-10), "
+              f"{pnoise:.2e} in the final parameters")
+        summary[f"{v} noise"] = {"variant": v, "case": "noise", "ok": True,
+                                 "detail": f"{noise:.1e}", "value": noise, "params": pnoise}
+        if v in ADAPTIVE:
+            tol, ptol = max(tol, 2 * noise), max(ptol, 2 * pnoise)
+    except Exception as e:
+        ref = None
+        print(f"{v}: no uninterrupted runs ({type(e).__name__}: {e})")
+    cases = CASES + ([("w2->w1 no optimizer state (control)", 2, 1, "w2_to_w1_noopt")]
+                     if v == "bf16-adamw" else [])
+    for label, ws, wr, name in cases:
+        control = "control" in label
+        try:
+            got, log = steps(f(name, "jsonl")), open(f(name, "log")).read()
+            resumed = sorted(got) == list(range(6, 11))
+            came = f"saved on {ws} rank(s) at ZeRO stage 3, loaded on {wr}" in log
+            dl = max(loss_diff(got, ref[ws]), loss_diff(got, ref[wr]))
+            dp = max(param_diff(floats(f(name, "bin")), refp[w]) for w in (ws, wr))
+            if control:  # must be told apart from a good resume
+                ok = resumed and came and dl > tol
+            else:
+                ok = resumed and came and dl <= tol and dp <= ptol
+            detail = (f"steps {min(got)}-{max(got)}, {'load logged' if came else 'NO LOAD LOGGED'}, "
+                      f"worst loss rel diff {dl:.2e} ({'must exceed' if control else 'tol'} {tol:g}), "
+                      f"params rel norm diff {dp:.2e}" + ("" if control else f" (tol {ptol:g})"))
+        except Exception as e:  # a missing file fails this case; the others are still compared
+            ok, detail = False, f"no result ({type(e).__name__}: {e})"
+        ok_all &= ok
+        summary[f"{v} {label}"] = {"variant": v, "case": label.split(" ")[0] + (
+            " control" if control else ""), "ok": ok, "detail": detail}
+        print(f"{v} {label}: {'ok' if ok else 'FAIL'}: {detail}")
+json.dump(summary, open(f"{ck}/summary.json", "w"))
+sys.exit(0 if ok_all else 1)
+PY
+fi
+
+if [[ $parts == *f* ]]; then
+  ckdir=${ZT_CKPT_DIST_DIR:-/tmp/zt_dist_ckpt}
+  echo "== (f) checkpoint save/load at ZeRO-3 on 2 GPUs, bf16 training state (fp32 master +" \
+    "AdamW, 12 B/param): ZeroTrain vs DCP of FSDP2, in $ckdir"
+  : >"$out/ckpt.jsonl"
+  f_rc=0
+  rm -rf "$ckdir/zt" "$ckdir/dcp"
+  mkdir -p "$ckdir"
+  dd if=/dev/zero of="$ckdir/dd.bin" bs=64M count=64 oflag=direct 2>&1 | tail -1 | tee "$out/dd.txt"
+  rm -f "$ckdir/dd.bin"
+  for m in ${ZT_DIST_CKPT_MODELS:-gpt-1.3b gpt-6.7b}; do
+    # The checkpoint's size (12 bytes per parameter) against the free space: gpt-6.7b's 80 GB
+    # may not fit. ZeroTrain's asynchronous saves (gpt-1.3b only) keep three tags at once.
+    case $m in
+      gpt2) shape="12 768" ;; gpt2-medium) shape="24 1024" ;; gpt-1.3b) shape="24 2048" ;;
+      gpt-2.7b) shape="32 2560" ;; gpt-6.7b) shape="32 4096" ;; *) shape="" ;;
+    esac
+    async=(--no-async)
+    [[ $m == gpt-1.3b ]] && async=()
+    limit=240
+    [[ $m == gpt-6.7b ]] && limit=330
+    if [[ -n $shape ]]; then
+      read -r nl nd <<<"$shape"
+      need=$(( (12 * nd * nd * nl + 13 * nd * nl + 51330 * nd) * 12 * 21 / 20 ))
+      [[ $m == gpt-1.3b ]] && need=$((need * 3))
+      avail=$(df --output=avail -B1 "$ckdir" | tail -1)
+      if ((avail < need)); then
+        echo "$m: skipped: needs about $((need / 1000000000)) GB, $((avail / 1000000000)) GB free"
+        f_rc=1
+        continue
+      fi
+    fi
+    for impl in ${ZT_DIST_CKPT_IMPLS:-zt torch}; do
+      log=$out/ckpt_${impl}_$m.log
+      case $impl in
+        zt) zt_launch "$limit" "$bin"/zt_bench_ckpt --dir "$ckdir/zt" --model "$m" --dtype bf16 \
+              --stage 3 "${async[@]}" "${ck_dev[@]}" >>"$out/ckpt.jsonl" 2>"$log" ;;
+        torch) torch_run "$limit" bench/ckpt_torch.py --fsdp2 --dir "$ckdir/dcp" --model "$m" \
+                 >>"$out/ckpt.jsonl" 2>"$log" ;;
+        *) echo "(f) unknown implementation $impl" >"$log"; false ;;
+      esac || { f_rc=1; echo "$impl $m failed:"; tail -3 "$log"; }
+      rm -rf "$ckdir/zt" "$ckdir/dcp"  # what a failed or killed run left
+    done
+  done
+  rmdir "$ckdir" 2>/dev/null
+fi
+
+if [[ $parts == *g* ]]; then
+  echo "== (g) FSDP2 + torch.compile on 2 GPUs, bf16, seq 1024, median of $steps steps after" \
+    "the compiling warm-up, next to ZeroTrain stages 2 and 3"
+  # With part d in the same call its ZeroTrain rows are the ones compared.
+  [[ $parts == *d* ]] || : >"$out/zero.jsonl"
+  g_rc=0
+  for mb in $models; do
+    model=${mb%%:*} batch=${mb##*:}
+    if [[ $parts != *d* ]]; then
+      for stage in 2 3; do
+        log=$out/zero_zt_${model}_s$stage.log
+        zt_launch 240 "$bin"/zt_bench_gpt2 --model "$model" --batch "$batch" --seq 1024 \
+          --dtype bf16 --steps "$steps" --stage "$stage" --zero-keys "$zero_keys" \
+          >>"$out/zero.jsonl" 2>"$log" ||
+          { g_rc=1; echo "zerotrain $model stage $stage failed:"; tail -3 "$log"; }
+      done
+    fi
+    for impl in ${ZT_DIST_COMPILE_IMPLS:-fsdp2-reshard fsdp2-noreshard}; do
+      log=$out/zero_torch_${model}_$impl-compile.log
+      torch_run 360 bench/zero_torch.py --impl "$impl" --compile --model "$model" \
+        --batch "$batch" --seq 1024 --steps "$steps" >>"$out/zero.jsonl" 2>"$log" ||
+        { g_rc=1; echo "torch $impl --compile $model failed:"; tail -3 "$log"; }
+    done
+  done
+fi
+
+if [[ $parts == *h* ]]; then
+  unit_filter=${ZT_DIST_UNIT_FILTER:-Nccl*:*Checkpoint*:HfExport*:StateBytes*:LrScheduler.ResumeAndState}
+  echo "== (h) GPU test suite (zt_gpu_tests) and zt_unit_tests --gtest_filter='$unit_filter'"
+  h_rc=0
+  capped 360 "$bin"/zt_gpu_tests --gtest_brief=1 \
+    --gtest_output=json:"$out/gpu_tests.json" >"$out/gpu_tests.log" 2>&1 || h_rc=1
+  tail -5 "$out/gpu_tests.log"
+  capped 300 "$bin"/zt_unit_tests --gtest_filter="$unit_filter" --gtest_brief=1 \
+    --gtest_output=json:"$out/unit_dist_tests.json" >"$out/unit_dist_tests.log" 2>&1 || h_rc=1
+  tail -5 "$out/unit_dist_tests.log"
+fi
+
 echo
 secs=$((SECONDS - start_s))
-python3 - "$out" "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$secs" <<'PY' | tee "$out/summary.txt"
-# The short table: each part's outcome, then bandwidth and throughput side by side.
+python3 - "$out" "$secs" "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" \
+  <<'PY' | tee "$out/summary.txt"
+# The short table: each part's outcome, then bandwidth, throughput and checkpoint speed side by side.
 import json, sys
-out, a_rc, b_rc, c_rc, d_rc, secs = sys.argv[1:]
+out, secs = sys.argv[1:3]
+rc = dict(zip("abcdefgh", sys.argv[3:]))
 
 def rows(name):
     res = []
@@ -185,19 +481,45 @@ def rows(name):
         pass
     return res
 
-try:
-    t = json.load(open(f"{out}/nccl_tests.json"))
-    tests = f"{t['tests'] - t['failures'] - t.get('disabled', 0)} passed, {t['failures']} failed"
-except Exception as e:
-    tests = f"no report ({type(e).__name__})"
-print(f"(a) NCCL tests: {tests} (exit {a_rc})")
-try:
-    eq = json.load(open(f"{out}/equivalence/summary.json"))
-    print("(b) 2 GPUs vs 1 GPU: " + ", ".join(
-        f"{s} {'ok' if v['ok'] else 'FAIL'}" for s, v in eq.items()) + f" (exit {b_rc})")
-except Exception:
-    print(f"(b) 2 GPUs vs 1 GPU: no comparison (exit {b_rc})")
-print(f"(c) bandwidth exit {c_rc};  (d) throughput exit {d_rc};  run time {secs} s")
+def gtest(name):
+    try:
+        t = json.load(open(f"{out}/{name}"))
+        skipped = sum(c.get("result") == "SKIPPED" for s in t["testsuites"] for c in s["testsuite"])
+        passed = t["tests"] - t["failures"] - t.get("disabled", 0) - skipped
+        return (f"{passed} passed, {t['failures']} failed"
+                + (f", {skipped} skipped" if skipped else ""))
+    except Exception as e:
+        return f"no report ({type(e).__name__})"
+
+def cases(path):
+    return json.load(open(path))
+
+if rc["a"] != "skipped":
+    print(f"(a) NCCL tests: {gtest('nccl_tests.json')} (exit {rc['a']})")
+if rc["b"] != "skipped":
+    try:
+        eq = cases(f"{out}/equivalence/summary.json")
+        print("(b) 2 GPUs vs 1 GPU: " + ", ".join(
+            f"{s} {'ok' if v['ok'] else 'FAIL'}" for s, v in eq.items()) + f" (exit {rc['b']})")
+    except Exception:
+        print(f"(b) 2 GPUs vs 1 GPU: no comparison (exit {rc['b']})")
+if rc["e"] != "skipped":
+    try:
+        ck = cases(f"{out}/ckpt_resume/summary.json")
+        line = []
+        for var in dict.fromkeys(c["variant"] for c in ck.values()):
+            cs = [c for c in ck.values() if c["variant"] == var]
+            line.append(f"{var} " + ", ".join(
+                f"{c['case']} {c['detail']}" if c["case"] == "noise" else
+                f"{c['case']} {'ok' if c['ok'] else 'FAIL'}" for c in cs))
+        print("(e) ZeRO-3 resume across GPU counts: " + "; ".join(line) + f" (exit {rc['e']})")
+    except Exception:
+        print(f"(e) ZeRO-3 resume across GPU counts: no comparison (exit {rc['e']})")
+if rc["h"] != "skipped":
+    print(f"(h) GPU tests: {gtest('gpu_tests.json')}; unit tests (NCCL, checkpoints): "
+          f"{gtest('unit_dist_tests.json')} (exit {rc['h']})")
+ran = ", ".join(f"({p}) exit {r}" for p, r in rc.items() if p in "cdfg" and r != "skipped")
+print(f"{ran + ';  ' if ran else ''}run time {secs} s")
 
 comm = {(r["impl"], r["op"], r["bytes"]): r for r in rows("comm.jsonl")}
 if comm:
@@ -219,24 +541,53 @@ for model in dict.fromkeys(r["model"] for r in zero):
         return f"zerotrain-s{r['stage']}" if r["impl"] == "zerotrain" else r["impl"]
     by = {name(r): r for r in rs}
     print(f"\n{model} (micro-batch {rs[0]['batch']}/GPU, seq {rs[0]['seq']}, 2 GPUs, bf16)")
-    print(f"{'impl':<24}{'tokens/s':>11}{'step ms':>9}{'peak GiB':>10}")
+    print(f"{'impl':<30}{'tokens/s':>11}{'step ms':>9}{'peak GiB':>10}")
     for r in rs:
-        print(f"{name(r):<24}{r['tokens_per_s']:>11.0f}{r['step_ms_median']:>9.1f}"
+        print(f"{name(r):<30}{r['tokens_per_s']:>11.0f}{r['step_ms_median']:>9.1f}"
               f"{r['peak_mem_bytes'] / 2**30:>10.2f}")
-    def ratio(a, b):
-        if a in by and b in by:
-            return (f"{by[a]['tokens_per_s'] / by[b]['tokens_per_s']:.2f}x tokens/s, "
-                    f"{by[a]['peak_mem_bytes'] / by[b]['peak_mem_bytes']:.2f}x peak")
-        return "n/a"
     for label, a, b in (("ZeRO-3 / own stage 0, zerotrain", "zerotrain-s3", "zerotrain-s0"),
                         ("ZeRO-3 / own stage 0, torch", "torch-fsdp2-reshard", "torch-ddp"),
                         ("zerotrain s3 / FSDP2-reshard", "zerotrain-s3", "torch-fsdp2-reshard"),
                         ("zerotrain s2 / FSDP2-noreshard", "zerotrain-s2", "torch-fsdp2-noreshard"),
-                        ("zerotrain s0 / DDP", "zerotrain-s0", "torch-ddp")):
-        print(f"  {label:<34}{ratio(a, b)}")
+                        ("zerotrain s0 / DDP", "zerotrain-s0", "torch-ddp"),
+                        ("zerotrain s3 / FSDP2-reshard-compile", "zerotrain-s3",
+                         "torch-fsdp2-reshard-compile"),
+                        ("zerotrain s2 / FSDP2-noreshard-compile", "zerotrain-s2",
+                         "torch-fsdp2-noreshard-compile"),
+                        ("zerotrain s0 / DDP-compile", "zerotrain-s0", "torch-ddp-compile"),
+                        ("FSDP2-reshard compiled / eager", "torch-fsdp2-reshard-compile",
+                         "torch-fsdp2-reshard"),
+                        ("FSDP2-noreshard compiled / eager", "torch-fsdp2-noreshard-compile",
+                         "torch-fsdp2-noreshard")):
+        if a in by and b in by:  # only the pairs this call ran
+            print(f"  {label:<40}{by[a]['tokens_per_s'] / by[b]['tokens_per_s']:.2f}x tokens/s, "
+                  f"{by[a]['peak_mem_bytes'] / by[b]['peak_mem_bytes']:.2f}x peak")
+
+ck = rows("ckpt.jsonl")
+if ck:
+    try:
+        print("\ndisk:", open(f"{out}/dd.txt").read().strip())
+    except OSError:
+        pass
+    print(f"checkpoint, ZeRO-3 on {ck[0].get('world_size', 2)} ranks (bf16 training state; GB/s = "
+          f"the folder's bytes / the slowest rank's time)")
+    print(f"{'model':<10}{'impl':<17}{'GB':>6}{'B/param':>8}{'save s':>8}{'GB/s':>7}"
+          f"{'load s':>8}{'GB/s':>7}{'async stall s':>14}")
+    for r in ck:
+        stall = f"{r['async_stall_s']:.3f}" if r.get("async_stall_s", -1) >= 0 else "-"
+        print(f"{r['model']:<10}{r['impl']:<17}{r['bytes'] / 1e9:>6.1f}"
+              f"{r['bytes'] / r['parameters']:>8.2f}{r['save_s']:>8.2f}{r['save_GBps']:>7.2f}"
+              f"{r['load_s']:>8.2f}{r['load_GBps']:>7.2f}{stall:>14}")
+    for model in dict.fromkeys(r["model"] for r in ck):
+        z = next((r for r in ck if r["model"] == model and r["impl"] == "zerotrain"), None)
+        d = next((r for r in ck if r["model"] == model and r["impl"] == "torch-dcp-fsdp2"), None)
+        if z and d:
+            print(f"  {model}: zerotrain / DCP GB/s: save {z['save_GBps'] / d['save_GBps']:.2f}x, "
+                  f"load {z['load_GBps'] / d['load_GBps']:.2f}x"
+                  f"{'' if z['drop_caches'] and d['drop_caches'] else ' (page cache NOT dropped)'}")
 PY
 # Non-zero when any part that ran failed (the table above says which).
-for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc"; do
+for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc"; do
   [[ $rc == 0 || $rc == skipped ]] || exit 1
 done
 exit 0
