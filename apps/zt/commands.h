@@ -19,6 +19,7 @@ int cmd_generate(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_report(const Args& args);
+int cmd_estimate(const Args& args);
 
 // Prints "zt: error: <message>" to stderr and returns 1 (2 for usage errors).
 int fail(const Status& status);

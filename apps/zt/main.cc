@@ -30,6 +30,7 @@ Commands:
   data      Make token files from text (zt data prepare FILES... -o OUT)
   tokenize  Text to ids and back with a tokenizer.json, as JSON Lines (zt tokenize --help)
   report    This machine and build in one screen, problems with their fixes (like ds_report)
+  estimate  Memory per GPU and node for a model, stage and batch (zt estimate --help)
   ckpt      Consolidate or inspect checkpoints (zt ckpt to-fp32 DIR OUT, zt ckpt inspect DIR)
 
 Options:
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
     if (cmd == "eval") rc = zt::cli::cmd_eval(rest);
     if (cmd == "tokenize") rc = zt::cli::cmd_tokenize(rest);
     if (cmd == "report") rc = zt::cli::cmd_report(rest);
+    if (cmd == "estimate") rc = zt::cli::cmd_estimate(rest);
     if (cmd == "launch") rc = zt::launcher::launch_main(rest);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   }
-  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, report, ckpt (see zt --help)\n",
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, report, estimate, ckpt (see zt --help)\n",
                cmd.c_str());
   return 2;
 }
