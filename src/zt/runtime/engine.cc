@@ -62,6 +62,43 @@ zero::OptimizerPlacement optimizer_placement(const ZeroConfig& z, Device device)
 }
 
 // Refuses what offload cannot do and says what it will do with the rest.
+}  // namespace
+
+zero::ZeroOptions zero_options_from_config(const DeepSpeedConfig& config, Device device,
+                                           const optim::OptimizerSpec& optimizer,
+                                           int64_t offload_piece_elements) {
+  const ZeroConfig& z = config.zero;
+  const DType round = config.compute_dtype();
+  return {.device = device,
+          .stream = {},
+          // The CPU kernels compute in f32 and round to the training precision.
+          .compute_dtype = device.is_cpu() ? DType::f32 : round,
+          .round_dtype = round,
+          .optimizer_states = optim::optimizer_state_count(optimizer),
+          .stage = z.stage,
+          .comm = nullptr,
+          .persistence_threshold = z.stage3_param_persistence_threshold,
+          .prefetch_elements = z.stage3_prefetch_bucket_size,
+          .max_live_elements = z.stage3_max_live_parameters,
+          .predivide_factor = config.gradient_predivide_factor,
+          .prescale = config.prescale_gradients,
+          .reduce_bucket_elements = z.reduce_bucket_size,
+          .overlap = z.overlap_comm ? zero::CommOverlap::kOn : zero::CommOverlap::kOff,
+          .optimizer_placement = optimizer_placement(z, device),
+          .offload_granularity = optimizer.kind == optim::OptimizerKind::kLamb
+                                     ? zero::OffloadGranularity::kParamTensors
+                                     : zero::OffloadGranularity::kPieces,
+          // Stage 3 offload steps sub-groups too: pieces of at most sub_group_size.
+          .offload_piece_elements = z.stage == 3 ? std::min(offload_piece_elements, z.sub_group_size)
+                                                 : offload_piece_elements,
+          .sub_group_elements = z.sub_group_size,
+          .comm_dtype = config.communication_data_type
+                            ? std::optional<DType>(config.communication_dtype())
+                            : std::nullopt};
+}
+
+namespace {
+
 Status offload_check(const DeepSpeedConfig& config, Device device) {
   const ZeroConfig& z = config.zero;
   const OffloadConfig& o = z.offload_optimizer;
@@ -190,32 +227,10 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
     comm_ = own_comm_.get();
   }
   const ZeroConfig& z = config.zero;
-  zero::ZeroOptions zo{.device = dev,
-                       .stream = ctx_.stream,
-                       .compute_dtype = ctx_.compute_dtype,
-                       .round_dtype = round_dtype_,
-                       .optimizer_states = optim::optimizer_state_count(optimizer_.spec()),
-                       .stage = z.stage,
-                       .comm = comm_,
-                       .persistence_threshold = z.stage3_param_persistence_threshold,
-                       .prefetch_elements = z.stage3_prefetch_bucket_size,
-                       .max_live_elements = z.stage3_max_live_parameters,
-                       .predivide_factor = config.gradient_predivide_factor,
-                       .prescale = config.prescale_gradients,
-                       .reduce_bucket_elements = z.reduce_bucket_size,
-                       .overlap = z.overlap_comm ? zero::CommOverlap::kOn : zero::CommOverlap::kOff,
-                       .optimizer_placement = optimizer_placement(z, dev),
-                       .offload_granularity = optimizer_.spec().kind == optim::OptimizerKind::kLamb
-                                                  ? zero::OffloadGranularity::kParamTensors
-                                                  : zero::OffloadGranularity::kPieces,
-                       // Stage 3 offload steps sub-groups too: pieces of at most sub_group_size.
-                       .offload_piece_elements =
-                           z.stage == 3 ? std::min(options.offload_piece_elements, z.sub_group_size)
-                                        : options.offload_piece_elements,
-                       .sub_group_elements = z.sub_group_size,
-                       .comm_dtype = config.communication_data_type
-                                         ? std::optional<DType>(config.communication_dtype())
-                                         : std::nullopt};
+  zero::ZeroOptions zo =
+      zero_options_from_config(config, dev, optimizer_.spec(), options.offload_piece_elements);
+  zo.stream = ctx_.stream;
+  zo.comm = comm_;
   if (dev.is_cuda()) {
     // Model state larger than the whole GPU can never train: say so, with what would fit, before
     // minutes of drawing initial values end in an allocation failure.

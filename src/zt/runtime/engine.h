@@ -219,6 +219,12 @@ class Engine {
   int64_t last_step_groups_ = 0;
 };
 
+// The ZeroOptions an engine on `device` builds from `config` (everything but the stream and the
+// communicator, which the engine adds): what `zt estimate` predicts with, so the two agree.
+zero::ZeroOptions zero_options_from_config(const DeepSpeedConfig& config, Device device,
+                                           const optim::OptimizerSpec& optimizer,
+                                           int64_t offload_piece_elements = int64_t{1} << 23);
+
 // DeepSpeed's deepspeed.initialize for ZeroTrain models: validates the config against this
 // process (device, dtype), builds the engine. Errors name the key or device at fault.
 Result<std::unique_ptr<Engine>> initialize(nn::Model& model, const DeepSpeedConfig& config,

@@ -87,7 +87,8 @@ struct TrainShape {
   Checkpointing checkpointing = Checkpointing::kOff;
 };
 
-// The ZeroOptions an engine on `device` builds from `config` (runtime/engine.cc's constructor).
+// The ZeroOptions an engine on `device` builds from `config` (runtime/engine.h's
+// zero_options_from_config).
 zero::ZeroOptions estimate_zero_options(const DeepSpeedConfig& config, EstimateDevice device);
 
 // Bytes live at the moment of the peak, by what they are.

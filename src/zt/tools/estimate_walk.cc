@@ -27,32 +27,11 @@
 namespace zt::tools {
 
 zero::ZeroOptions estimate_zero_options(const DeepSpeedConfig& config, EstimateDevice device) {
-  // As the Engine constructor (runtime/engine.cc) fills them; the device decides the compute
-  // dtype (the CPU computes in f32) and whether offload moves anything.
-  const bool cuda = device == EstimateDevice::kCuda;
-  const ZeroConfig& z = config.zero;
-  const optim::OptimizerSpec spec = optimizer_spec_from_config(config);
-  zero::ZeroOptions o;
-  o.device = cuda ? Device::cuda(0) : Device::cpu();
-  o.compute_dtype = cuda ? config.compute_dtype() : DType::f32;
-  o.round_dtype = config.compute_dtype();
-  o.optimizer_states = optim::optimizer_state_count(spec);
-  o.stage = z.stage;
-  o.persistence_threshold = z.stage3_param_persistence_threshold;
-  o.prefetch_elements = z.stage3_prefetch_bucket_size;
-  o.max_live_elements = z.stage3_max_live_parameters;
-  o.reduce_bucket_elements = z.reduce_bucket_size;
-  o.overlap = z.overlap_comm ? zero::CommOverlap::kOn : zero::CommOverlap::kOff;
-  if (z.offload_optimizer.enabled() && z.stage >= 1 && cuda) {
-    o.optimizer_placement = z.offload_optimizer.pin_memory
-                                ? zero::OptimizerPlacement::kHostPinned
-                                : zero::OptimizerPlacement::kHostPageable;
-  }
-  const int64_t piece = int64_t{1} << 23;  // EngineOptions::offload_piece_elements
-  o.offload_piece_elements = z.stage == 3 ? std::min(piece, z.sub_group_size) : piece;
-  o.sub_group_elements = z.sub_group_size;
-  if (config.communication_data_type) o.comm_dtype = config.communication_dtype();
-  return o;
+  // The engine's own rule (runtime/engine.h); the device decides the compute dtype (the CPU
+  // computes in f32) and whether offload moves anything.
+  return zero_options_from_config(
+      config, device == EstimateDevice::kCuda ? Device::cuda(0) : Device::cpu(),
+      optimizer_spec_from_config(config));
 }
 
 namespace {
