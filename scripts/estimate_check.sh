@@ -24,7 +24,8 @@ gpu_gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0
 gpu_gib=${gpu_gib:-80}
 
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-# model stage offload dtype batch seq ranks
+# model stage offload dtype batch seq ranks [extra: ckpt (activation checkpointing), lora (rank-16
+# adapters on every block module, base frozen), lora+ckpt]
 cases=(
   "gpt2 0 none bf16 8 1024 1"
   "gpt2 2 none bf16 16 1024 1"
@@ -37,14 +38,22 @@ cases=(
   "gpt2-medium 2 none bf16 8 1024 2"
   "gpt2-medium 3 none bf16 8 1024 2"
   "llama-1b 1 none bf16 2 2048 2"
+  "gpt2 2 none bf16 16 1024 1 ckpt"
+  "llama-1b 0 none bf16 4 2048 1 ckpt"
+  "llama-1b 0 none bf16 2 2048 1 lora"
+  "llama-1b 3 none bf16 4 2048 1 lora+ckpt"
 )
 printf '%-12s %5s %7s %5s %5s %5s %5s %12s %12s %7s  %s\n' model stage offload dtype B T ranks \
   predicted_MiB measured_MiB ratio "peak (predicted at)"
 status=0
 port=29611
 for c in "${cases[@]}"; do
-  read -r model stage offload dtype batch seq ranks <<<"$c"
-  tag="$model-s$stage-$offload-$dtype-b$batch-t$seq-w$ranks"
+  read -r model stage offload dtype batch seq ranks extra <<<"$c"
+  extra=${extra:-none}
+  tag="$model-s$stage-$offload-$dtype-b$batch-t$seq-w$ranks-$extra"
+  extra_args=()
+  [[ $extra == *ckpt* ]] && extra_args+=(--gradient-checkpointing)
+  [[ $extra == *lora* ]] && extra_args+=(--lora-dim 16 --only-optimize-lora)
   if ((ranks > gpus)); then
     printf '%-12s %5s %7s %5s %5s %5s %5s  skipped: %s GPU(s) visible\n' "$model" "$stage" \
       "$offload" "$dtype" "$batch" "$seq" "$ranks" "$gpus"
@@ -53,6 +62,7 @@ for c in "${cases[@]}"; do
   bench_args=(--model "$model" --batch "$batch" --seq "$seq" --dtype "$dtype" --steps 3 --warmup 2
     --stage "$stage")
   [ "$offload" = cpu ] && bench_args+=(--offload-optimizer cpu)
+  bench_args+=(${extra_args[@]+"${extra_args[@]}"})
   launch=()
   if ((ranks > 1)); then
     port=$((port + 1))
@@ -67,6 +77,7 @@ for c in "${cases[@]}"; do
   fi
   if ! "$zt" estimate --model "$model" --stage "$stage" --offload "$offload" --dtype "$dtype" \
       --micro-batch "$batch" --seq-len "$seq" --num-gpus "$ranks" --gpu-memory "$gpu_gib" --json \
+      ${extra_args[@]+"${extra_args[@]}"} \
       >"$out/$tag.estimate.json" 2>"$out/$tag.estimate.log"; then
     printf '%-12s  estimate failed: %s\n' "$model" "$(tail -1 "$out/$tag.estimate.log")"
     status=1
@@ -76,14 +87,18 @@ for c in "${cases[@]}"; do
 import json, sys
 line = [l for l in open(sys.argv[1]) if '"peak_mem_bytes"' in l][-1]  # rank 0's JSON line
 bench = json.loads(line[line.index("{"):])
-est = json.load(open(sys.argv[2]))["zerotrain"]["without_checkpointing"]
-model, stage, offload, dtype, batch, seq, ranks = sys.argv[3].split()
+fields = sys.argv[3].split()
+model, stage, offload, dtype, batch, seq, ranks = fields[:7]
+extra = fields[7] if len(fields) > 7 else ""
+est = json.load(open(sys.argv[2]))["zerotrain"]["with_checkpointing" if "ckpt" in extra else
+                                                "without_checkpointing"]
 tol = float(sys.argv[4])
 measured, predicted = bench["peak_mem_bytes"], est["peak_allocated_bytes"]
 ratio = predicted / measured
 flag = "" if abs(ratio - 1) <= tol else "  OUTSIDE %.0f%%" % (tol * 100)
-print("%-12s %5s %7s %5s %5s %5s %5s %12.1f %12.1f %7.3f  %s%s" % (model, stage, offload, dtype,
-      batch, seq, ranks, predicted / 2**20, measured / 2**20, ratio, est["peak_at"], flag))
+print("%-12s %5s %7s %5s %5s %5s %5s %12.1f %12.1f %7.3f  %s%s%s" % (model, stage, offload, dtype,
+      batch, seq, ranks, predicted / 2**20, measured / 2**20, ratio, est["peak_at"],
+      " [" + extra + "]" if extra else "", flag))
 sys.exit(1 if flag else 0)
 EOF
 done

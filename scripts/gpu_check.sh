@@ -10,12 +10,14 @@
 # Section `tasks` trains sft, reward and mlm one step on the CPU and on the GPU (f32: the
 # first-step losses must agree) and 40 steps on the GPU (the loss must fall).
 # Section `lora` checks LoRA on the GPU against the CPU, activation checkpointing in bf16, and the
-# exported adapter against peft (tests/fixtures/hf/llama).
+# exported adapter against peft (tests/fixtures/hf/llama). Section `monitors` trains GPT-2 with
+# the TensorBoard and CSV monitors, wall_clock_breakdown and flops_profiler, and reads the event
+# file back with TensorBoard's own EventAccumulator.
 # Section `tokenize` (CPU only; not in the default list) times tokenizer.json encoding next to
 # Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
 # GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
 # and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora") picks them;
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -32,7 +34,7 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora monitors} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
@@ -381,6 +383,55 @@ for impl in order:
 PY
 fi
 
+if on monitors; then
+echo "== monitors: gpt2 bf16 on the GPU with tensorboard, csv, wall_clock_breakdown and flops_profiler"
+# TensorBoard's own reader (EventAccumulator) loads the event file and finds the run's values;
+# the breakdown's forward + backward + step fit inside each step's wall time; the profiler's
+# report comes at profile_step with the unit latencies inside the forward it times.
+mt=$(mktemp -d)
+cat >"$mt/ds.json" <<EOF2
+{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}, "wall_clock_breakdown": true,
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+ "tensorboard": {"enabled": true, "output_path": "$mt/tb", "job_name": "gpt2"},
+ "csv_monitor": {"enabled": true, "output_path": "$mt/csv", "job_name": "gpt2"},
+ "flops_profiler": {"enabled": true, "profile_step": 10, "output_file": "$mt/profile.txt"}}
+EOF2
+monitors_rc=0
+"$bin"/zt train --model gpt2 --config "$mt/ds.json" --steps 20 --seq-len 1024 --device cuda \
+  --sample-tokens 0 --metrics-out "$mt/m.jsonl" >/dev/null 2>"$mt/err" ||
+  { echo "monitors run FAILED"; tail -3 "$mt/err"; monitors_rc=1; }
+python3 - "$mt" <<'PY' | tee -a "$out/monitors.txt" || monitors_rc=1
+import glob, json, re, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+d = sys.argv[1]
+recs = [json.loads(l) for l in open(f"{d}/m.jsonl") if '"loss"' in l]
+ev = EventAccumulator(glob.glob(f"{d}/tb/gpt2/events.out.tfevents.*")[0]); ev.Reload()
+tags = ev.Tags()["scalars"]
+loss = [(e.step, e.value) for e in ev.Scalars("Train/Samples/train_loss")]
+want = [(r["samples"], r["loss"]) for r in recs]
+same = len(loss) == len(want) and all(a[0] == b[0] and abs(a[1] - b[1]) <= 1e-5 * abs(b[1]) for a, b in zip(loss, want))
+has = all(f"Train/Samples/elapsed_time_ms_{t}" in tags for t in ("forward", "backward", "backward_inner", "backward_allreduce", "step"))
+print(f"tensorboard's EventAccumulator: {len(tags)} scalar tags, train_loss {len(loss)} points equal to the metrics file: {'ok' if same and has else 'FAIL'}")
+inside = []
+for r in recs[2:]:
+    parts = r["elapsed_time_ms_forward"] + r["elapsed_time_ms_backward"] + r["elapsed_time_ms_step"]
+    wall = 8 * 1024 / r["tokens_per_s"] * 1000
+    inside.append(parts / wall)
+ok_wc = all(0.5 <= x <= 1.01 for x in inside)
+print(f"wall_clock_breakdown: fwd+bwd+step over the step's wall time {min(inside):.3f}..{max(inside):.3f}: {'ok' if ok_wc else 'FAIL'}")
+p = open(f"{d}/profile.txt").read()
+fl = re.search(r"fwd flops per GPU:\s+([0-9.]+ \w)", p).group(1)
+tf = re.search(r"fwd\+bwd FLOPS per GPU[^:]*:\s+([0-9.]+ \w)FLOPS", p).group(1)
+fwd = re.search(r"fwd latency:\s+([0-9.]+) ms", p).group(1)
+units = re.search(r"fwd latency - \{'gpt2': '([0-9.]+) ms'\}", p).group(1)
+ok_p = "Profile Summary at step 10" in p and float(units) <= float(fwd) * 1.01
+print(f"flops_profiler at step 10: fwd flops {fl}, fwd+bwd {tf}FLOPS, units {units} ms of fwd {fwd} ms: {'ok' if ok_p else 'FAIL'}")
+sys.exit(0 if same and has and ok_wc and ok_p else 1)
+PY
+cp "$mt/profile.txt" "$out/flops_profile.txt" 2>/dev/null
+rm -rf "$mt"
+fi
+
 if on tokenize; then
 tk=${ZT_TOK_DIR:-/tmp/zt_tok_bench}
 nt=$(nproc)
@@ -425,7 +476,7 @@ ck = [json.loads(l) for l in open(f"{out}/ckpt.jsonl") if l.strip()]
 zt = next((r for r in rows if r["impl"] == "zerotrain"), None)
 print(f"GPU tests: {tests} (exit {gpu_rc});  zt train gpt2 bf16: exit {train_rc};  "
       f"export to transformers: exit {export_rc}")
-for name in ("tasks.txt", "lora.txt"):  # one line per check, ending ok or FAIL
+for name in ("tasks.txt", "lora.txt", "monitors.txt"):  # one line per check, ending ok or FAIL
     try:
         for line in open(f"{out}/{name}"):
             print(line.rstrip())
