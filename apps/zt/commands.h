@@ -7,6 +7,10 @@
 
 #include "zt/core/status.h"
 
+namespace zt::launcher {
+struct LaunchOptions;
+}  // namespace zt::launcher
+
 namespace zt::cli {
 
 using Args = std::vector<std::string>;
@@ -20,6 +24,9 @@ int cmd_eval(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_report(const Args& args);
 int cmd_estimate(const Args& args);
+int cmd_tune(const Args& args);
+// `zt launch --autotuning tune|run ...` (the launcher's AutotuneEntry).
+int launch_autotune(const launcher::LaunchOptions& options, const Args& args);
 
 // Prints "zt: error: <message>" to stderr and returns 1 (2 for usage errors).
 int fail(const Status& status);

@@ -31,6 +31,7 @@ Commands:
   tokenize  Text to ids and back with a tokenizer.json, as JSON Lines (zt tokenize --help)
   report    This machine and build in one screen, problems with their fixes (like ds_report)
   estimate  Memory per GPU and node for a model, stage and batch (zt estimate --help)
+  tune      Autotune the ZeRO stage and micro-batch of a zt train command (zt tune --help)
   ckpt      Consolidate or inspect checkpoints (zt ckpt to-fp32 DIR OUT, zt ckpt inspect DIR)
 
 Options:
@@ -80,7 +81,8 @@ int main(int argc, char** argv) {
     if (cmd == "tokenize") rc = zt::cli::cmd_tokenize(rest);
     if (cmd == "report") rc = zt::cli::cmd_report(rest);
     if (cmd == "estimate") rc = zt::cli::cmd_estimate(rest);
-    if (cmd == "launch") rc = zt::launcher::launch_main(rest);
+    if (cmd == "tune") rc = zt::cli::cmd_tune(rest);
+    if (cmd == "launch") rc = zt::launcher::launch_main(rest, zt::cli::launch_autotune);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zt: error: %s\n", e.what());
     return 1;
@@ -93,7 +95,7 @@ int main(int argc, char** argv) {
     }
     return rc;
   }
-  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, report, estimate, ckpt (see zt --help)\n",
+  std::fprintf(stderr, "zt: unknown command '%s'; commands: train, eval, generate, launch, config, data, tokenize, report, estimate, tune, ckpt (see zt --help)\n",
                cmd.c_str());
   return 2;
 }

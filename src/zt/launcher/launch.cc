@@ -175,7 +175,7 @@ Result<JobOutcome> launch_run(const LaunchOptions& o) {
 
 }  // namespace
 
-int launch_main(const std::vector<std::string>& args) {
+int launch_main(const std::vector<std::string>& args, const AutotuneEntry& autotune) {
   Result<LaunchOptions> options = launch_options_parse(args);
   if (!options.is_ok()) {
     std::fprintf(stderr, "zt launch: error: %s\n", options.status().message().c_str());
@@ -184,6 +184,13 @@ int launch_main(const std::vector<std::string>& args) {
   if (options->help) {
     std::fputs(launch_usage().c_str(), stdout);
     return 0;
+  }
+  if (!options->autotuning.empty()) {
+    if (!autotune) {
+      std::fprintf(stderr, "zt launch: error: --autotuning needs the zt binary's autotuner\n");
+      return 2;
+    }
+    return autotune(*options, args);
   }
   Result<JobOutcome> outcome = launch_run(*options);
   if (!outcome.is_ok()) {

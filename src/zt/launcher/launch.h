@@ -3,10 +3,19 @@
 // arguments after `zt launch`.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "zt/launcher/launch_options.h"
+
 namespace zt::launcher {
+
+// `--autotuning tune|run`: the autotuner (tools/autotune.h) sits above the launcher, so the CLI
+// passes it in. It gets the parsed options and the arguments after `zt launch`, and returns the
+// exit code.
+using AutotuneEntry =
+    std::function<int(const LaunchOptions& options, const std::vector<std::string>& args)>;
 
 // Parses the flags, decides the ranks, checks everything that can be checked before starting
 // (flags, hostfile, GPUs, PROGRAM, master port, log folder), runs the ranks and supervises them.
@@ -14,7 +23,7 @@ namespace zt::launcher {
 // (128 + signal when it was killed); 128 + signal when the launcher itself was interrupted; 2 for
 // a usage error and 1 for any other error found before starting. Errors and the failure line go
 // to stderr; --help prints the usage to stdout.
-int launch_main(const std::vector<std::string>& args);
+int launch_main(const std::vector<std::string>& args, const AutotuneEntry& autotune = nullptr);
 
 }  // namespace zt::launcher
 

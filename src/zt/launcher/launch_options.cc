@@ -164,8 +164,18 @@ constexpr FlagDef kFlags[] = {
      "this node's index with --no_ssh", nullptr},
     {"--force_multi", nullptr, FlagKind::kSwitch, FlagSupport::kMultiNode, nullptr,
      "use the multi-node runner for one node", nullptr},
-    {"--autotuning", nullptr, FlagKind::kValue, FlagSupport::kRefused, "tune|run",
-     "refused: the autotuner is not part of zt launch", nullptr},
+    {"--autotuning", nullptr, FlagKind::kValue, FlagSupport::kYes, "tune|run",
+     "tune: find the fastest ZeRO stage and micro-batch for PROGRAM's ds_config with short "
+     "measured runs (the config's autotuning block; docs/autotuning.md); run: tune, then train "
+     "with the best",
+     [](LaunchOptions& o, std::string_view f, std::string_view v) {
+       if (v != "tune" && v != "run") {
+         return invalid_argument("argument {}: invalid choice: '{}' (choose from 'tune', 'run')",
+                                 f, v);
+       }
+       o.autotuning = std::string(v);
+       return Status::ok();
+     }},
     {"--elastic_training", nullptr, FlagKind::kSwitch, FlagSupport::kRefused, nullptr,
      "refused: elastic training is not supported", nullptr},
     {"--min_elastic_nodes", nullptr, FlagKind::kValue, FlagSupport::kRefused, "N",
@@ -306,7 +316,7 @@ std::string launch_usage() {
       "\n"
       "Not yet supported (multi-node): --launcher_args, --no_ssh, --node_rank, --force_multi,\n"
       "and --launcher other than 'local'. Refused: --module (PROGRAM is any executable; run\n"
-      "`python -u -m MODULE` yourself with --no_local_rank), --autotuning, --elastic_training.\n"
+      "`python -u -m MODULE` yourself with --no_local_rank), --elastic_training.\n"
       "\n"
       "Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE,\n"
       "MASTER_ADDR, MASTER_PORT, ZT_JOB_TOKEN and (GPU ranks) CUDA_VISIBLE_DEVICES = the selected\n"

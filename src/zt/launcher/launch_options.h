@@ -38,6 +38,7 @@ struct LaunchOptions {
   std::optional<std::string> each_rank_log_dir;  // --enable_each_rank_log DIR
   bool bind_cores_to_rank = false;
   std::optional<std::string> bind_core_list;
+  std::string autotuning;  // --autotuning tune|run (empty: not given); run by the CLI's autotuner
   bool help = false;
   std::string program;
   std::vector<std::string> program_args;
