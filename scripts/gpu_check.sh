@@ -12,7 +12,8 @@
 # Section `lora` checks LoRA on the GPU against the CPU, activation checkpointing in bf16, and the
 # exported adapter against peft (tests/fixtures/hf/llama). Section `monitors` trains GPT-2 with
 # the TensorBoard and CSV monitors, wall_clock_breakdown and flops_profiler, and reads the event
-# file back with TensorBoard's own EventAccumulator.
+# file back with TensorBoard's own EventAccumulator. Section `tune` (not in the default list) runs
+# the autotuner over a small space of GPT-2 runs.
 # Section `tokenize` (CPU only; not in the default list) times tokenizer.json encoding next to
 # Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
 # GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
@@ -430,6 +431,24 @@ sys.exit(0 if same and has and ok_wc and ok_p else 1)
 PY
 cp "$mt/profile.txt" "$out/flops_profile.txt" 2>/dev/null
 rm -rf "$mt"
+fi
+
+if on tune; then
+echo "== tune: the autotuner on the GPU: gpt2 at seq 1024, stages 0 and 3, two micro-batch sizes"
+# The estimator prunes the micro-batches that would not fit; every trial left must run.
+td=$(mktemp -d)
+cat >"$td/ds.json" <<EOF2
+{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}},
+ "zero_optimization": {"stage": [0, 3]},
+ "autotuning": {"enabled": true, "num_tuning_micro_batch_sizes": 2, "start_profile_step": 3,
+                "end_profile_step": 5, "results_dir": "$td/results", "exps_dir": "$td/exps"}}
+EOF2
+timeout 280 "$bin"/zt tune --num_gpus 1 --trial-timeout 90 -- "$bin"/zt train --model gpt2 \
+  --config "$td/ds.json" --seq-len 1024 --steps 100 --sample-tokens 0 >"$td/tune.log" 2>&1 ||
+  { echo "zt tune FAILED"; tail -5 "$td/tune.log"; }
+cp "$td/results/summary.txt" "$out/tune_summary.txt" 2>/dev/null && cat "$out/tune_summary.txt"
+rm -rf "$td"
 fi
 
 if on tokenize; then
