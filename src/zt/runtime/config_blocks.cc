@@ -469,6 +469,15 @@ Status secondary_blocks_parse(const Json& top, DeepSpeedConfig& c) {
         v["grad_accum_dtype"] = canon;
         c.grad_accum_dtype = canon;
       }
+    } else if ((nb.key == "wandb" || nb.key == "comet") && v["enabled"].get<bool>()) {
+      // Both need their service's network; training goes on without them.
+      c.warnings.push_back(fmt::format(
+          "{}.enabled = true: {} is not available in ZeroTrain (it needs its service online); "
+          "enable \"tensorboard\" or \"csv_monitor\" instead (they write the same "
+          "Train/Samples/* values to files{})",
+          nb.key, nb.key == "wandb" ? "Weights & Biases" : "Comet",
+          nb.key == "wandb" ? "; `wandb sync --sync-tensorboard DIR` uploads the event files later"
+                            : ""));
     } else if (nb.key == "flops_profiler") {
       // DeepSpeed: wall_clock_breakdown |= flops_profiler.enabled.
       if (v["enabled"].get<bool>()) c.wall_clock_breakdown = true;

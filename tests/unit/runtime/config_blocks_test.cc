@@ -370,6 +370,12 @@ TEST(ConfigSecondary, CheckpointDataTypesFlops) {
   EXPECT_THAT(error_of(R"("aio": {"queue_depth": 0})"), HasSubstr("aio.queue_depth must be > 0"));
   EXPECT_THAT(error_of(R"("wandb": {"enabled": true, "projekt": "x"})"),
               HasSubstr("did you mean \"project\""));
+  // wandb and comet need their services: one warning each, naming what works offline.
+  const std::string w = warnings_of(ok(R"("wandb": {"enabled": true}, "comet": {"enabled": true})"));
+  EXPECT_THAT(w, HasSubstr("wandb.enabled = true: Weights & Biases is not available"));
+  EXPECT_THAT(w, HasSubstr("comet.enabled = true: Comet is not available"));
+  EXPECT_THAT(w, HasSubstr("csv_monitor"));
+  EXPECT_THAT(w, ::testing::Not(HasSubstr("not acted on")));
 }
 
 }  // namespace
