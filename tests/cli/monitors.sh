@@ -56,4 +56,23 @@ for t in ("forward", "backward", "backward_inner", "backward_allreduce", "step")
     f = os.path.join(sys.argv[2], f"Train_Samples_elapsed_time_ms_{t}.csv")
     assert open(f).readline().strip() == f"step,elapsed_time_ms_{t}", f
 PY
+
+# ZeRO-3 on 2 ranks: the global line adds the parameter gathers' cost on the compute path.
+cat >"$tmp/s3.json" <<EOF2
+{"train_micro_batch_size_per_gpu": 4, "wall_clock_breakdown": true,
+ "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+EOF2
+XDG_CACHE_HOME=$tmp/cache "$zt" launch --num_procs 2 --master_port $((29000 + RANDOM % 2000)) "$zt" train \
+  --config "$tmp/s3.json" --steps 2 --seq-len 32 --device cpu --sample-tokens 0 \
+  --metrics-out "$tmp/s3.jsonl" >/dev/null 2>"$tmp/s3_err" || bad "stage-3 run: $(tail -3 "$tmp/s3_err")"
+python3 - "$tmp/s3.jsonl" "$tmp/s3_err" <<'PY' && ok "ZeRO-3: the allgather time, inside forward + backward" || bad "allgather: $(grep 'fwd:' "$tmp/s3_err" | head -2)"
+import json, re, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]
+lines = [l for l in open(sys.argv[2]) if re.search(r"\| step: [0-9.]+ \| allgather: [0-9.]+$", l)]
+assert len(recs) == 2 and len(lines) == 2, (len(recs), len(lines))
+for r in recs:
+    g = r["elapsed_time_ms_allgather"]
+    print(f"step {r['step']}: allgather {g:.2f} ms of fwd+bwd {r['elapsed_time_ms_forward'] + r['elapsed_time_ms_backward']:.2f} ms")
+    assert 0 < g <= r["elapsed_time_ms_forward"] + r["elapsed_time_ms_backward"]
+PY
 [ $fails -eq 0 ] && echo "all ok" || { echo "$fails failure(s)"; exit 1; }

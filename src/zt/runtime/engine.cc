@@ -281,6 +281,7 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
     }
   }
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
+  if (timers_ && z.stage == 3) zero_->set_gather_timing(true);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
   zero::ModelStateBytes b = zero_->state_bytes();
@@ -380,6 +381,10 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
   // Dropout masks (LoRA's): a fresh one every micro-step and rank, reproducible from the seed.
   ctx_.dropout_seed = (options_.seed + 0x9e3779b97f4a7c15ull * (micro_steps_ + 1)) ^
                       (0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(comm_->rank() + 1));
+  // Gathers timed outside training passes (evaluation, generation) belong to no step.
+  if (timers_ && config_.zero.stage == 3 && micro_steps_ % config_.gradient_accumulation_steps == 0) {
+    (void)zero_->take_gather_ms();
+  }
   timer_start("fwd_microstep", "fwd");
   // flops_profiler: the forwards of step `profile_step` (DeepSpeed's count of finished steps)
   // run through a timer of every unit.
@@ -511,8 +516,13 @@ Status Engine::step() {
     const std::string micro = timers_->log_line({"fwd_microstep", "bwd_microstep",
                                                  "bwd_inner_microstep", "bwd_allreduce_microstep",
                                                  "step_microstep"});
-    const std::string global =
-        timers_->log_line({"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"});
+    std::string global = timers_->log_line({"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"});
+    if (config_.zero.stage == 3) {
+      // ZeRO-3's parameter gathers as the compute stream paid for them (inside fwd and bwd).
+      const double gather_ms = zero_->take_gather_ms();
+      stats.elapsed_ms.emplace_back("allgather", gather_ms);
+      global += fmt::format(" | allgather: {:.2f}", gather_ms);
+    }
     if (log) {
       ZT_LOG_INFO("{}", micro);
       ZT_LOG_INFO("{}", global);

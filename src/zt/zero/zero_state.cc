@@ -499,6 +499,14 @@ void ZeroState::gather(int u) {
   UnitState& st = units_[u];
   if (st.persistent) return;
   if (st.gather_refs++ > 0) return;
+  // Timing (wall_clock_breakdown): what the compute stream (or the host, on the CPU) spends on
+  // this gather from here until the unit may compute: the collective itself when it runs in
+  // line, the wait for it when it was prefetched or runs on the communication stream.
+  std::unique_ptr<Event> t0;
+  if (time_gathers_) {
+    t0 = std::make_unique<Event>(options_.device);
+    t0->record(options_.stream);
+  }
   CommHandle h;
   CommDone done;
   if (st.gather_in_flight) {
@@ -515,7 +523,22 @@ void ZeroState::gather(int u) {
   } else {
     record(h.wait());
   }
+  if (t0) {
+    auto t1 = std::make_unique<Event>(options_.device);
+    t1->record(options_.stream);
+    gather_spans_.emplace_back(std::move(t0), std::move(t1));
+  }
   model_.units()[u]->bind_values(st.value);
+}
+
+double ZeroState::take_gather_ms() {
+  double ms = 0;
+  for (auto& [begin, end] : gather_spans_) {
+    end->synchronize();
+    ms += begin->elapsed_ms(*end);
+  }
+  gather_spans_.clear();
+  return ms;
 }
 
 void ZeroState::prefetch(int u) {

@@ -257,6 +257,11 @@ class ZeroState : public nn::UnitHooks {
   const Status& hook_status() const { return hook_status_; }
   // Stage 3: all-gathers issued ahead of their unit (prefetches) since construction.
   int64_t prefetches_issued() const { return prefetches_issued_; }
+  // Stage 3 gather timing (wall_clock_breakdown): with it on, each gather records events on the
+  // compute stream around what it costs there (the collective in line, or the wait for a
+  // prefetched one); take_gather_ms sums and clears them (synchronising).
+  void set_gather_timing(bool on) { time_gathers_ = on; }
+  double take_gather_ms();
 
  private:
   // One flushed bucket. The full gradients it reads need no reference here: Gloo's worker holds
@@ -292,6 +297,8 @@ class ZeroState : public nn::UnitHooks {
   std::vector<CommHandle> stream_handles_;  // GPU: stream-ordered operations, waited per pass
   int64_t live_elements_ = 0;
   int64_t prefetches_issued_ = 0;
+  bool time_gathers_ = false;
+  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> gather_spans_;
   Status hook_status_;
   std::unique_ptr<OptimizerOffload> offload_;
 };
