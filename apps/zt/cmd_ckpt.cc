@@ -129,6 +129,13 @@ int inspect(const ParsedArgs& a) {
               m.contains("model") ? m["model"].value("name", "?").c_str() : "?",
               m.contains("model") && m["model"].contains("units") ? m["model"]["units"].size()
                                                                   : size_t{0});
+  if (m.contains("model") && m["model"].contains("lora") && m["model"]["lora"].is_object()) {
+    const nlohmann::json& l = m["model"]["lora"];
+    std::printf("  LoRA rank %d, alpha %g, %zu adapters on %s%s\n", l.value("r", 0),
+                l.value("alpha", 0.0), l.contains("adapters") ? l["adapters"].size() : size_t{0},
+                l.contains("modules") ? l["modules"].dump().c_str() : "?",
+                l.value("only_optimize", false) ? "; only the adapters trained" : "");
+  }
   int64_t total = 0;
   if (m.contains("files") && m["files"].is_object()) {
     for (const auto& [name, info] : m["files"].items()) {

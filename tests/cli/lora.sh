@@ -95,6 +95,9 @@ assert c["peft_type"] == "LORA" and c["r"] == 16 and c["lora_alpha"] == 32, c
 assert os.path.getsize(os.path.join(sys.argv[1], "adapter_model.safetensors")) > 0
 PY
 
+"$zt" ckpt inspect "$tmp/ck" 2>&1 | grep -q "LoRA rank 16, alpha 32, 28 adapters on .*only the adapters trained" &&
+  ok "zt ckpt inspect names the adapters" || bad "inspect: $("$zt" ckpt inspect "$tmp/ck" 2>&1 | tail -3)"
+
 # One-line errors.
 "$zt" "${common[@]}" --only-optimize-lora --steps 1 >/dev/null 2>"$tmp/e1" && bad "--only-optimize-lora alone ran" ||
   { grep -q "needs --lora-dim" "$tmp/e1" && ok "--only-optimize-lora needs --lora-dim" || bad "$(tail -1 "$tmp/e1")"; }
