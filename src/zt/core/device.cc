@@ -221,6 +221,29 @@ float Event::elapsed_ms(const Event& end) const {
 #endif
 }
 
+void EventSpans::begin(const Stream& stream) {
+  ZT_ASSERT(!open_, "EventSpans::begin with a span open");
+  open_ = std::make_unique<Event>(device_);
+  open_->record(stream);
+}
+
+void EventSpans::end(const Stream& stream) {
+  ZT_ASSERT(open_ != nullptr, "EventSpans::end without a begin");
+  auto end = std::make_unique<Event>(device_);
+  end->record(stream);
+  spans_.emplace_back(std::move(open_), std::move(end));
+}
+
+double EventSpans::elapsed_ms(bool reset) {
+  double ms = 0;
+  for (auto& [begin, end] : spans_) {
+    end->synchronize();
+    ms += begin->elapsed_ms(*end);
+  }
+  if (reset) spans_.clear();
+  return ms;
+}
+
 void* memory_allocate(Device d, size_t bytes, const Stream& stream) {
   if (d.is_cuda()) {
 #if ZT_HAVE_CUDA

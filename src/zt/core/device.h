@@ -5,9 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "zt/core/status.h"
 
@@ -82,6 +85,23 @@ class Event {
   Device device_;
   void* handle_ = nullptr;
   double cpu_time_ms_ = 0;
+};
+
+// Time between pairs of events recorded on a stream, summed only when read: measures the device
+// work between two points without synchronising the host at each of them (the engine's timers,
+// ZeRO-3's gather timing, the FLOPs profiler's units).
+class EventSpans {
+ public:
+  explicit EventSpans(Device device) : device_(device) {}
+  void begin(const Stream& stream);  // a span must not be open
+  void end(const Stream& stream);    // closes the open span
+  // Milliseconds of the closed spans (waits for their ends); `reset` drops them.
+  double elapsed_ms(bool reset);
+
+ private:
+  Device device_;
+  std::unique_ptr<Event> open_;
+  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> spans_;
 };
 
 // Thrown when a device allocation fails for lack of memory (after the cache was emptied and the

@@ -1,8 +1,5 @@
 #include "zt/runtime/engine.h"
 
-#include "zt/core/file_io.h"
-#include "zt/nn/models/transformer.h"
-
 #include <algorithm>
 #include <cmath>
 
@@ -43,6 +40,13 @@ optim::OptimizerSpec optimizer_spec_from_config(const DeepSpeedConfig& config) {
 }
 
 namespace {
+
+// wall_clock_breakdown: DeepSpeed's timer names (micro-step and global, in its log order).
+const std::vector<std::string> kMicroTimers = {"fwd_microstep", "bwd_microstep",
+                                               "bwd_inner_microstep", "bwd_allreduce_microstep",
+                                               "step_microstep"};
+const std::vector<std::string> kGlobalTimers = {"fwd", "bwd", "bwd_inner", "bwd_allreduce",
+                                                "step"};
 
 // The ranks of this job on this host: the launcher's local size when its world is the
 // communicator's, else all of them (the ranks of an in-process world share this host).
@@ -490,10 +494,7 @@ Status Engine::step() {
   if (!is_gradient_accumulation_boundary()) {
     ++micro_steps_;
     // DeepSpeed logs the micro-step timers at every step() call.
-    if (log) {
-      ZT_LOG_INFO("{}", timers_->log_line({"fwd_microstep", "bwd_microstep", "bwd_inner_microstep",
-                                            "bwd_allreduce_microstep", "step_microstep"}));
-    }
+    if (log) ZT_LOG_INFO("{}", timers_->log_line(kMicroTimers));
     return Status::ok();
   }
   StepStats stats;
@@ -513,10 +514,8 @@ Status Engine::step() {
                                     std::pair{"step", "step"}}) {
       stats.elapsed_ms.emplace_back(tag, timers_->elapsed_ms(name, /*reset=*/false));
     }
-    const std::string micro = timers_->log_line({"fwd_microstep", "bwd_microstep",
-                                                 "bwd_inner_microstep", "bwd_allreduce_microstep",
-                                                 "step_microstep"});
-    std::string global = timers_->log_line({"fwd", "bwd", "bwd_inner", "bwd_allreduce", "step"});
+    const std::string micro = timers_->log_line(kMicroTimers);
+    std::string global = timers_->log_line(kGlobalTimers);
     if (config_.zero.stage == 3) {
       // ZeRO-3's parameter gathers as the compute stream paid for them (inside fwd and bwd).
       const double gather_ms = zero_->take_gather_ms();

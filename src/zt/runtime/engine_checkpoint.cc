@@ -30,6 +30,12 @@ std::string tensor_name(int unit, const std::string& kind) {
   return fmt::format("unit{}.{}", unit, kind);
 }
 
+// Tensor kinds a checkpoint holds for unit u: the fp32 weights and every optimizer state, or the
+// weights only for a frozen unit (from its compute copy).
+int saved_kinds(const zero::ZeroState& zero, int u, const std::vector<std::string>& state_names) {
+  return zero.trainable(u) ? 1 + static_cast<int>(state_names.size()) : 1;
+}
+
 // A 64-bit value as four exactly representable doubles (collectives carry doubles).
 void put_u64(std::vector<double>& v, size_t at, uint64_t x) {
   for (int i = 0; i < 4; ++i) v[at + i] = static_cast<double>((x >> (16 * i)) & 0xffff);
@@ -171,9 +177,7 @@ std::vector<ckpt::TensorToWrite> Engine::shard_tensors() {
   const int n_units = static_cast<int>(zero_->units().size());
   for (int u = 0; u < n_units; ++u) {
     const int64_t n = zero_->saved_chunk(u).saved_numel();
-    // A frozen unit has its weights only (kind 0, from the compute copy).
-    const int kinds = zero_->trainable(u) ? 1 + static_cast<int>(state_names.size()) : 1;
-    for (int k = 0; k < kinds; ++k) {
+    for (int k = 0; k < saved_kinds(*zero_, u, state_names); ++k) {
       tensors.push_back({.name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]),
                          .dtype = DType::f32,
                          .shape = {n},
@@ -505,8 +509,7 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
     for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
       const int64_t numel = mine[u]->flat_numel();
       const auto [begin, end] = zero_->master_extent(u);
-      const int unit_kinds = zero_->trainable(u) ? 1 + static_cast<int>(state_names.size()) : 1;
-      for (int k = 0; k < unit_kinds; ++k) {
+      for (int k = 0; k < saved_kinds(*zero_, u, state_names); ++k) {
         zero_->zero_extent(u, k);
         if (k >= kinds) continue;
         const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);

@@ -135,19 +135,18 @@ std::vector<UnitCost> transformer_forward_costs(const nn::Transformer& model_in,
 }
 
 UnitForwardTimer::UnitForwardTimer(Device device, Stream stream, size_t units)
-    : device_(device), stream_(std::move(stream)), spans_(units) {}
+    : device_(device), stream_(std::move(stream)) {
+  spans_.reserve(units);
+  for (size_t u = 0; u < units; ++u) spans_.emplace_back(device);
+}
 
 void UnitForwardTimer::before_forward(int unit) {
   if (inner_ != nullptr) inner_->before_forward(unit);
-  auto begin = std::make_unique<Event>(device_);
-  begin->record(stream_);
-  spans_[static_cast<size_t>(unit)].emplace_back(std::move(begin), nullptr);
+  spans_[static_cast<size_t>(unit)].begin(stream_);
 }
 
 void UnitForwardTimer::after_forward(int unit) {
-  auto end = std::make_unique<Event>(device_);
-  end->record(stream_);
-  spans_[static_cast<size_t>(unit)].back().second = std::move(end);
+  spans_[static_cast<size_t>(unit)].end(stream_);
   if (inner_ != nullptr) inner_->after_forward(unit);
 }
 
@@ -160,14 +159,8 @@ void UnitForwardTimer::after_backward(int unit) {
 }
 
 std::vector<double> UnitForwardTimer::unit_ms() {
-  std::vector<double> ms(spans_.size(), 0.0);
-  for (size_t u = 0; u < spans_.size(); ++u) {
-    for (auto& [begin, end] : spans_[u]) {
-      if (!end) continue;
-      end->synchronize();
-      ms[u] += begin->elapsed_ms(*end);
-    }
-  }
+  std::vector<double> ms;
+  for (EventSpans& s : spans_) ms.push_back(s.elapsed_ms(/*reset=*/false));
   return ms;
 }
 

@@ -66,7 +66,7 @@ class UnitForwardTimer : public nn::UnitHooks {
   Device device_;
   Stream stream_;  // the compute stream
   nn::UnitHooks* inner_ = nullptr;
-  std::vector<std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>>> spans_;
+  std::vector<EventSpans> spans_;  // per unit
 };
 
 struct FlopsProfileInput {

@@ -2,35 +2,19 @@
 
 #include <fmt/format.h>
 
-#include "zt/core/assert.h"
-
 namespace zt {
 
 void EventTimers::start(const std::string& name, const Stream& stream) {
-  Timer& t = timers_[name];
-  ZT_ASSERT(!t.open, "timer '{}' started twice", name);
-  t.open = std::make_unique<Event>(device_);
-  t.open->record(stream);
+  timers_.try_emplace(name, device_).first->second.begin(stream);
 }
 
 void EventTimers::stop(const std::string& name, const Stream& stream) {
-  Timer& t = timers_[name];
-  ZT_ASSERT(t.open != nullptr, "timer '{}' stopped without a start", name);
-  auto end = std::make_unique<Event>(device_);
-  end->record(stream);
-  t.spans.emplace_back(std::move(t.open), std::move(end));
+  timers_.try_emplace(name, device_).first->second.end(stream);
 }
 
 double EventTimers::elapsed_ms(const std::string& name, bool reset) {
   auto it = timers_.find(name);
-  if (it == timers_.end()) return 0;
-  double ms = 0;
-  for (auto& [begin, end] : it->second.spans) {
-    end->synchronize();
-    ms += begin->elapsed_ms(*end);
-  }
-  if (reset) it->second.spans.clear();
-  return ms;
+  return it == timers_.end() ? 0.0 : it->second.elapsed_ms(reset);
 }
 
 std::string EventTimers::log_line(const std::vector<std::string>& names) {

@@ -5,9 +5,7 @@
 #pragma once
 
 #include <map>
-#include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "zt/core/device.h"
@@ -27,12 +25,8 @@ class EventTimers {
   std::string log_line(const std::vector<std::string>& names);
 
  private:
-  struct Timer {
-    std::unique_ptr<Event> open;
-    std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> spans;
-  };
   Device device_;
-  std::map<std::string, Timer> timers_;
+  std::map<std::string, EventSpans> timers_;
 };
 
 }  // namespace zt

@@ -52,10 +52,8 @@ void ZeroState::write_range(int u, int kind, int64_t offset, const float* src, i
   Tensor dst = t.view(offset, {n});
   if (dst.dtype() != DType::f32) {
     // A frozen unit's compute copy: rounded as at start-up (to the training precision).
-    Tensor f = in.to(options_.device, options_.stream);
-    Tensor r = Tensor::empty({n}, options_.round_dtype, options_.device, options_.stream);
-    kernels::cast(r, f, options_.stream);
-    kernels::cast(dst, r, options_.stream);
+    round_into(dst, in.to(options_.device, options_.stream), options_.round_dtype,
+               options_.stream);
   } else {
     dst.copy_from(in, options_.stream);
   }

@@ -13,10 +13,6 @@
 #include "zt/zero/optimizer_offload.h"
 
 namespace zt::zero {
-namespace {
-
-// dst (compute dtype) = src (f32) rounded to `round` (the 16-bit training dtype on the CPU, where
-// the kernels compute in f32) or simply cast.
 void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
   if (round == dst.dtype() || round == DType::f32) {
     kernels::cast(dst, src, s);
@@ -26,6 +22,8 @@ void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
   kernels::cast(tmp, src, s);
   kernels::cast(dst, tmp, s);
 }
+
+namespace {
 
 int64_t param_count(const std::vector<int64_t>& unit_numels) {
   int64_t params = 0;
@@ -220,7 +218,8 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     : model_(model),
       options_(options),
       lane_(options.device, options.stream, options.overlap),
-      bucket_(options.reduce_bucket_elements) {
+      bucket_(options.reduce_bucket_elements),
+      gather_spans_(options.device) {
   ZT_ASSERT(options.comm != nullptr, "ZeroState needs a communicator");
   ZT_ASSERT(options.stage >= 0 && options.stage <= 3, "stage {}", options.stage);
   const Device dev = options.device;
@@ -502,11 +501,7 @@ void ZeroState::gather(int u) {
   // Timing (wall_clock_breakdown): what the compute stream (or the host, on the CPU) spends on
   // this gather from here until the unit may compute: the collective itself when it runs in
   // line, the wait for it when it was prefetched or runs on the communication stream.
-  std::unique_ptr<Event> t0;
-  if (time_gathers_) {
-    t0 = std::make_unique<Event>(options_.device);
-    t0->record(options_.stream);
-  }
+  if (time_gathers_) gather_spans_.begin(options_.stream);
   CommHandle h;
   CommDone done;
   if (st.gather_in_flight) {
@@ -523,22 +518,8 @@ void ZeroState::gather(int u) {
   } else {
     record(h.wait());
   }
-  if (t0) {
-    auto t1 = std::make_unique<Event>(options_.device);
-    t1->record(options_.stream);
-    gather_spans_.emplace_back(std::move(t0), std::move(t1));
-  }
+  if (time_gathers_) gather_spans_.end(options_.stream);
   model_.units()[u]->bind_values(st.value);
-}
-
-double ZeroState::take_gather_ms() {
-  double ms = 0;
-  for (auto& [begin, end] : gather_spans_) {
-    end->synchronize();
-    ms += begin->elapsed_ms(*end);
-  }
-  gather_spans_.clear();
-  return ms;
 }
 
 void ZeroState::prefetch(int u) {

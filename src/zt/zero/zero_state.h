@@ -261,7 +261,7 @@ class ZeroState : public nn::UnitHooks {
   // compute stream around what it costs there (the collective in line, or the wait for a
   // prefetched one); take_gather_ms sums and clears them (synchronising).
   void set_gather_timing(bool on) { time_gathers_ = on; }
-  double take_gather_ms();
+  double take_gather_ms() { return gather_spans_.elapsed_ms(/*reset=*/true); }
 
  private:
   // One flushed bucket. The full gradients it reads need no reference here: Gloo's worker holds
@@ -298,7 +298,7 @@ class ZeroState : public nn::UnitHooks {
   int64_t live_elements_ = 0;
   int64_t prefetches_issued_ = 0;
   bool time_gathers_ = false;
-  std::vector<std::pair<std::unique_ptr<Event>, std::unique_ptr<Event>>> gather_spans_;
+  EventSpans gather_spans_;
   Status hook_status_;
   std::unique_ptr<OptimizerOffload> offload_;
 };
@@ -310,6 +310,10 @@ inline bool should_prefetch(int64_t prefetch_elements, int64_t max_live_elements
                             int64_t live_elements) {
   return prefetch_elements > 0 && live_elements < max_live_elements;
 }
+
+// dst (compute dtype) = src (f32) rounded to `round` (the 16-bit training dtype on the CPU, where
+// the kernels compute in f32) or simply cast: how every compute copy is made from f32 values.
+void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s);
 
 // Fills `out` (host f32, numel = unit flat size) with the initial values of the unit's params: read
 // from the weight files for parameters with a source (nn/param.h), else drawn by their ParamInit.
