@@ -82,7 +82,8 @@ const std::vector<FlagSpec> kFlags = {
      "prompt/response, prompt/chosen, text or input_ids+labels: the loss counts the response and "
      "its eos), reward (a value head on a causal model, trained on JSON Lines of "
      "prompt/chosen/rejected pairs: the loss is -log sigmoid(r_chosen - r_rejected)) or mlm (BERT "
-     "masked-LM pre-training on token files)",
+     "masked-LM pre-training on token files, or on JSON Lines of text or input_ids: one padded row "
+     "per record)",
      "TASK"},
     {"--train-on-prompt", FlagKind::kSwitch, "sft: count every next-token prediction, prompt too"},
     {"--gradient-checkpointing", FlagKind::kSwitch,
@@ -105,7 +106,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--random-share", FlagKind::kValue, "mlm: selected positions that become a random token (default 0.1)", "P"},
     {"--mask-id", FlagKind::kValue, "mlm: the mask token id (default: the tokenizer's [MASK] or <mask>)", "ID"},
     {"--pack", FlagKind::kSwitch, "sft: pack whole examples into rows instead of padding each"},
-    {"--skip-bad", FlagKind::kSwitch, "sft, reward: skip (and count) bad JSON Lines records"},
+    {"--skip-bad", FlagKind::kSwitch, "sft, reward, mlm: skip (and count) bad JSON Lines records"},
     {"--eval-data", FlagKind::kValue,
      "sft, reward: held-out JSON Lines; its loss (reward: and accuracy) every --eval-interval steps",
      "FILE"},
@@ -304,7 +305,7 @@ int cmd_train(const Args& raw_args) {
   }
   if (task != "mlm" && task != "reward" && mc.task != nn::Task::kCausalLM) {
     return fail(invalid_argument(
-        "--model {}: a {} masked-LM model; train it with --task mlm (token files), or evaluate "
+        "--model {}: a {} masked-LM model; train it with --task mlm, or evaluate "
         "it with zt eval --task mlm",
         model_name, mc.model_type));
   }
@@ -387,8 +388,8 @@ int cmd_train(const Args& raw_args) {
       return fail(invalid_argument("{} belongs to --task sft", f));
     }
   }
-  if (task != "sft" && task != "reward" && a.has("--skip-bad")) {
-    return fail(invalid_argument("--skip-bad belongs to --task sft or --task reward"));
+  if (task != "sft" && task != "reward" && task != "mlm" && a.has("--skip-bad")) {
+    return fail(invalid_argument("--skip-bad belongs to --task sft, reward or mlm"));
   }
   if (task == "pretrain" && a.has("--eval-data")) {
     return fail(invalid_argument("--eval-data belongs to --task sft, reward or mlm"));
@@ -473,9 +474,10 @@ int cmd_train(const Args& raw_args) {
     }
     data_specs.clear();
   }
-  const bool jsonl = sft || reward;  // batches come from a JSON Lines dataset
+  bool jsonl = sft || reward;  // batches come from a JSON Lines dataset
   std::optional<tasks::MlmOptions> mlm;
   std::shared_ptr<const TokenFile> mlm_eval_file;
+  std::optional<tasks::MlmTextData> mlm_text, mlm_text_eval;
   for (const char* f : {"--mlm-probability", "--mask-share", "--random-share", "--mask-id"}) {
     if (task != "mlm" && a.has(f)) return fail(invalid_argument("{} belongs to --task mlm", f));
   }
@@ -512,12 +514,44 @@ int cmd_train(const Args& raw_args) {
     }
     if (Status st = tasks::mlm_options_check(mo); !st.is_ok()) return fail(st);
     mlm = std::move(mo);
+    // JSON Lines (text or input_ids records, one padded row each) or token files (windows).
+    tasks::MlmTextOptions to{.seq_len = *seq,
+                             .micro_batch = cfg->train_micro_batch_size_per_gpu,
+                             .skip_bad = a.has("--skip-bad"),
+                             .shuffle = a.get("--order").value_or("random") == "random",
+                             .seed = static_cast<uint64_t>(*seed),
+                             .rank = rank,
+                             .world_size = world};
+    if (data_specs.size() == 1 && tasks::is_jsonl_path(data_specs[0].path)) {
+      auto d = tasks::MlmTextData::open(data_specs[0].path, t ? *t : nullptr, to, *mlm);
+      if (!d) return fail(d.status());
+      mlm_text.emplace(std::move(d).value());
+      if (rank == 0) {
+        ZT_LOG_INFO("mlm: {} examples from {} ({}), {} truncated to {} tokens, {} skipped, {} "
+                    "batches per epoch per rank",
+                    mlm_text->dataset().size(), data_specs[0].path,
+                    jsonl_format_name(mlm_text->dataset().format()),
+                    mlm_text->dataset().truncated(), *seq, mlm_text->dataset().skipped(),
+                    mlm_text->batches_per_epoch());
+      }
+      data_specs.clear();
+    } else if (a.has("--skip-bad")) {
+      return fail(invalid_argument("--skip-bad belongs to JSON Lines data (--data FILE.jsonl)"));
+    }
     if (auto e = a.get("--eval-data")) {
-      auto f = TokenFile::open(*e);
-      if (!f) return fail(f.status().with_context("--eval-data"));
-      mlm_eval_file = std::make_shared<const TokenFile>(std::move(f).value());
+      if (tasks::is_jsonl_path(*e)) {
+        to.shuffle = false;
+        auto ed = tasks::MlmTextData::open(*e, t ? *t : nullptr, to, *mlm);
+        if (!ed) return fail(ed.status().with_context("--eval-data"));
+        mlm_text_eval.emplace(std::move(ed).value());
+      } else {
+        auto f = TokenFile::open(*e);
+        if (!f) return fail(f.status().with_context("--eval-data"));
+        mlm_eval_file = std::make_shared<const TokenFile>(std::move(f).value());
+      }
     }
   }
+  jsonl = jsonl || mlm_text;
   std::vector<BlendSource> sources;
   std::vector<std::string> data_files;
   for (const BlendSpec& spec : data_specs) {
@@ -568,6 +602,7 @@ int cmd_train(const Args& raw_args) {
   const auto next_batch = [&]() -> Result<Batch> {
     if (sft) return sft->batch_at(sft_position++);
     if (reward) return reward->batch_at(sft_position++);
+    if (mlm_text) return mlm_text->batch_at(sft_position++);
     Result<Batch> b = single_sampler ? single_sampler->next() : blend_sampler->next();
     if (b && mlm) tasks::mlm_batch(*b, rank, world, *mlm);
     return b;
@@ -723,7 +758,9 @@ int cmd_train(const Args& raw_args) {
     for (int64_t m = 0; m < cfg->gradient_accumulation_steps; ++m) {
       auto batch = next_batch();
       if (!batch) return fail(batch.status());
-      auto loss = engine.forward(batch->tokens, batch->targets);
+      auto loss = engine.forward(batch->tokens, batch->targets,
+                                 batch->attention_mask.defined() ? &batch->attention_mask
+                                                                 : nullptr);
       if (!loss) return fail(loss.status());
       if (Status s = engine.backward(*loss); !s.is_ok()) {
         bar.finish();
@@ -776,12 +813,23 @@ int cmd_train(const Args& raw_args) {
         return fail(s);
       }
     }
-    if (mlm_eval_file && (st.step % *eval_interval == 0 || st.step == *steps)) {
-      auto ev = tasks::mlm_eval(model, engine.eval_context(), *mlm_eval_file, *seq,
-                                cfg->train_micro_batch_size_per_gpu, *eval_steps > 0
-                                    ? *eval_steps * cfg->train_micro_batch_size_per_gpu
-                                    : 0,
-                                mc.vocab_size, *mlm, engine.hooks());
+    if ((mlm_eval_file || mlm_text_eval) &&
+        (st.step % *eval_interval == 0 || st.step == *steps)) {
+      Result<tasks::MlmMetrics> ev = tasks::MlmMetrics{};
+      if (mlm_eval_file) {
+        ev = tasks::mlm_eval(model, engine.eval_context(), *mlm_eval_file, *seq,
+                             cfg->train_micro_batch_size_per_gpu,
+                             *eval_steps > 0 ? *eval_steps * cfg->train_micro_batch_size_per_gpu
+                                             : 0,
+                             mc.vocab_size, *mlm, engine.hooks());
+      } else {
+        int64_t n = mlm_text_eval->batches_per_epoch();
+        if (*eval_steps > 0) n = std::min<int64_t>(n, *eval_steps);
+        ev = tasks::mlm_eval_batches(
+            model, engine.eval_context(), n,
+            [&](int64_t b) { return mlm_text_eval->eval_batch(b); }, mc.vocab_size,
+            engine.hooks());
+      }
       if (!ev) {
         bar.finish();
         return fail(ev.status());

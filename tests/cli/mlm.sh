@@ -51,6 +51,39 @@ assert ev[-1]["eval_loss"] < ev[0]["eval_loss"] and 0 <= ev[-1]["eval_accuracy"]
 assert all(e["eval_positions"] == ev[0]["eval_positions"] > 50 for e in ev)  # the same masked positions each time
 PY
 
+# JSON Lines: records of 8..32 tokens of the same chain ([CLS]=2 ... [SEP]=3), one padded row
+# each (run_mlm.py --line_by_line); the held-out set is JSON Lines too.
+for part in train:7 eval:8; do
+python3 - "$tmp/${part%%:*}.jsonl" "${part##*:}" <<'PY'
+import json, random, sys
+rng = random.Random(int(sys.argv[2]))
+with open(sys.argv[1], "w") as f:
+    for _ in range(600):
+        t, ids = rng.randrange(10, 250), []
+        for _ in range(rng.randrange(6, 31)):
+            t = 10 + (t * 7 + rng.choice([0, 0, 0, 1])) % 240
+            ids.append(t)
+        f.write(json.dumps({"input_ids": [2] + ids + [3]}) + "\n")
+PY
+done
+"$zt" train --task mlm --model "$bert" --mask-id 4 --config "$tmp/ds.json" --data "$tmp/train.jsonl" \
+  --steps 60 --seq-len 32 --device cpu --metrics-out "$tmp/mj.jsonl" --eval-data "$tmp/eval.jsonl" \
+  --eval-interval 20 --eval-steps 4 >"$tmp/out" 2>"$tmp/err" ||
+  bad "mlm JSON Lines run: $(tail -3 "$tmp/err")"
+grep -q "mlm: 600 examples from" "$tmp/err" && ok "JSON Lines data is read as padded rows" || bad "no data line: $(tail -3 "$tmp/err")"
+python3 - "$tmp/mj.jsonl" <<'PY' && ok "JSON Lines: training and held-out masked-token losses fall" || bad "JSON Lines loss: $(grep eval_ "$tmp/mj.jsonl")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+r = [x for x in rows if '"loss"' in json.dumps(x) and "eval_loss" not in x]
+ev = [x for x in rows if "eval_loss" in x]
+first = sum(x["loss"] for x in r[:5]) / 5
+last = sum(x["loss"] for x in r[-5:]) / 5
+print(f"loss {first:.3f} -> {last:.3f}; eval {ev[0]['eval_loss']:.3f} -> {ev[-1]['eval_loss']:.3f}")
+assert len(r) == 60 and last < 0.8 * first
+assert [e["step"] for e in ev] == [20, 40, 60] and ev[-1]["eval_loss"] < ev[0]["eval_loss"]
+assert all(e["eval_positions"] == ev[0]["eval_positions"] > 30 for e in ev)
+PY
+
 expect_error() {  # name, text the message must contain, args...
   local name=$1 want=$2; shift 2
   local out rc

@@ -45,6 +45,9 @@ struct BatchSamplerOptions {
 struct Batch {
   Tensor tokens;      // (B, T) i32, CPU
   Tensor targets;     // (B, T) i32, CPU
+  // (B, T) i32, CPU: 1 a real token, 0 padding; undefined when every position is real (token
+  // files). Encoders (BERT) must not attend to padding.
+  Tensor attention_mask;
   int64_t index = 0;  // the global batch number g
 };
 

@@ -439,7 +439,8 @@ Result<JsonlDataset> JsonlDataset::create(JsonlFile file,
 }
 
 // The format's tokenization (docs/data.md): prompt ++ response ++ [eos] with the prompt masked;
-// text ++ [eos]; pre-tokenized records as they are. Then truncation to seq_len.
+// text ++ [eos] (text alone with its special tokens when text_eos is off); pre-tokenized records
+// as they are. Then truncation to seq_len.
 Result<JsonlExample> JsonlDataset::convert(const nlohmann::json& row, int64_t line_index) const {
   const std::string where = file_.location(line_index);
   JsonlExample out;
@@ -453,7 +454,8 @@ Result<JsonlExample> JsonlDataset::convert(const nlohmann::json& row, int64_t li
       return invalid_argument("{}: format '{}' needs a tokenizer", where,
                               jsonl_format_name(format_));
     }
-    if (!eos_id_) {
+    const bool needs_eos = format_ != JsonlFormat::kText || options_.text_eos;
+    if (needs_eos && !eos_id_) {
       return invalid_argument(
           "{}: the tokenizer ({}) has no end-of-text token; name one (the eos id option)", where,
           tokenizer_->describe());
@@ -468,7 +470,7 @@ Result<JsonlExample> JsonlDataset::convert(const nlohmann::json& row, int64_t li
       ZT_ASSIGN_OR_RETURN(std::string_view text, string_field(row, "text", where, format_));
       TokenExample t;
       ZT_RETURN_IF_ERROR(encode(text, "text", true, t.input_ids));
-      t.input_ids.push_back(*eos_id_);
+      if (options_.text_eos) t.input_ids.push_back(*eos_id_);
       t.labels = t.input_ids;
       out.sequences.push_back(std::move(t));
     } else {

@@ -152,6 +152,9 @@ struct JsonlDatasetOptions {
   RowLayout layout = RowLayout::kPad;
   // End of text, when the tokenizer names none (its special_ids().eos wins).
   std::optional<int32_t> eos_id = std::nullopt;
+  // `text` records end with the eos (causal language modelling). Off for masked LMs: the text
+  // with the tokenizer's own special tokens ([CLS] ... [SEP]), as BERT's tokenizer makes it.
+  bool text_eos = true;
   // Checks pre-tokenized ids; 0: the tokenizer's vocabulary, or no check without a tokenizer.
   int64_t vocab_size = 0;
   // Batches: rows per rank (pairs: B pairs give 2B rows), order and sharding.

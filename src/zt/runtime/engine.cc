@@ -324,6 +324,7 @@ nn::Context Engine::eval_context() const {
   nn::Context c = ctx_;
   c.mode = nn::Mode::kEval;
   c.targets = nullptr;
+  c.attention_mask = nullptr;  // evaluation passes its own batches' masks
   return c;
 }
 
@@ -336,6 +337,17 @@ double Engine::lr() const {
 }
 
 Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
+  return forward(tokens, targets, nullptr);
+}
+
+Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
+                              const Tensor* attention_mask) {
+  if (attention_mask != nullptr &&
+      (attention_mask->dtype() != DType::i32 || !(attention_mask->shape() == tokens.shape()))) {
+    return invalid_argument("forward expects an attention mask (batch, seq) i32 like the tokens "
+                            "{}, got {}",
+                            tokens.shape().str(), attention_mask->shape().str());
+  }
   if (tokens.ndim() != 2 || tokens.dtype() != DType::i32 || !(tokens.shape() == targets.shape())) {
     return invalid_argument(
         "forward expects tokens and targets of one shape (batch, seq) i32, "
@@ -377,6 +389,16 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
   targets_dev_ = targets.device() == dev ? targets : targets.to(dev, ctx_.stream);
   ctx_.mode = nn::Mode::kTrain;
   ctx_.targets = &targets_dev_;
+  // Kept on the device until the next forward: backward (and a checkpointed block's recompute)
+  // reads it through the context too.
+  if (attention_mask != nullptr) {
+    attention_mask_dev_ = attention_mask->device() == dev ? *attention_mask
+                                                          : attention_mask->to(dev, ctx_.stream);
+    ctx_.attention_mask = &attention_mask_dev_;
+  } else {
+    attention_mask_dev_ = Tensor();
+    ctx_.attention_mask = nullptr;
+  }
   ctx_.dloss = counted == 0 ? 0.0f
                             : static_cast<float>(scaler_.scale() /
                                                  (static_cast<double>(

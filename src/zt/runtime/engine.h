@@ -90,6 +90,10 @@ class Engine {
   // is that mean's, as for a transformers model's loss: with -100 targets each micro-batch (and
   // each rank) is averaged over its own counted targets, as DeepSpeed with transformers does.
   Result<float> forward(const Tensor& tokens, const Tensor& targets);
+  // The same with an attention mask (B, T) i32 (1 a real token, 0 padding) for encoders whose
+  // rows are padded (BERT); null: every position is real.
+  Result<float> forward(const Tensor& tokens, const Tensor& targets,
+                        const Tensor* attention_mask);
   // Backward of the last forward (the loss value is only recorded). Reduces gradients as the
   // ZeRO stage says; a non-ok Status is a communication failure (a dead or missing peer).
   Status backward(float loss);
@@ -197,6 +201,7 @@ class Engine {
   std::unique_ptr<LrScheduler> scheduler_;
   LossScaler scaler_;
   Tensor targets_dev_;
+  Tensor attention_mask_dev_;
   Tensor found_inf_;  // (1) f32
   Tensor norm_acc_;   // (1) f64
   int64_t global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0, micro_steps_ = 0;

@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "common/test_util.h"
 #include "zt/checkpoint/model_open.h"
+#include "zt/data/tokenizer/tokenizer.h"
 #include "zt/runtime/config.h"
 #include "zt/runtime/engine.h"
 #include "zt/tasks/lm_loss.h"
@@ -132,6 +135,175 @@ TEST(MlmTraining, EngineLossEqualsTheEvaluationPath) {
   tasks::LossSum after;
   tasks::lm_loss_accumulate(*choice->model, (*e)->eval_context(), lb, after, (*e)->hooks());
   EXPECT_LT(after.mean(), want.mean());
+}
+
+// JSON Lines text for BERT (run_mlm.py --line_by_line): [CLS] text [SEP], no eos, one padded row
+// per record; only real, non-special tokens are ever selected; padding is label -100 and mask 0.
+TEST(MlmText, TextRowsAreTokenizedPaddedAndMaskedOnlyWhereReal) {
+  auto tok = tokenizer_load(ZT_SOURCE_DIR "/tests/fixtures/tokenizers/bert/tokenizer.json");
+  ASSERT_TRUE(tok.is_ok()) << tok.status().message();
+  testing::TempDir dir;
+  {
+    std::ofstream f(dir.file("text.jsonl"));
+    f << R"({"text": "the quick brown fox jumps over the lazy dog"})" << "\n"
+      << R"({"text": "hello world"})" << "\n"
+      << R"({"text": "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j"})"
+      << "\n"
+      << R"({"text": "masked language models read both ways"})" << "\n";
+  }
+  tasks::MlmOptions o;
+  o.vocab_size = (*tok)->vocab_size();
+  o.mask_id = *(*tok)->token_to_id("[MASK]");
+  for (int32_t id = 0; id < o.vocab_size; ++id) {
+    if ((*tok)->is_special(id)) o.never_mask.push_back(id);
+  }
+  o.probability = 0.5;  // enough selections in a few short rows
+  o.seed = 5;
+  auto d = tasks::MlmTextData::open(dir.file("text.jsonl"), *tok,
+                                    {.seq_len = 16, .micro_batch = 4, .shuffle = false}, o);
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  // The oracle: each text through the tokenizer with its special tokens, cut to 16.
+  const char* texts[] = {"the quick brown fox jumps over the lazy dog", "hello world",
+                         "a b c d e f g h i j k l m n o p q r s t u v w x y z a b c d e f g h i j",
+                         "masked language models read both ways"};
+  std::vector<std::vector<int32_t>> rows;
+  int64_t truncated = 0;
+  for (const char* t : texts) {
+    std::vector<int32_t> ids;
+    ASSERT_TRUE((*tok)->encode_append(t, true, ids).is_ok());
+    if (ids.size() > 16) {
+      ++truncated;
+      ids.resize(16);
+    }
+    rows.push_back(ids);
+  }
+  EXPECT_EQ(d->dataset().truncated(), truncated);
+  ASSERT_GT(truncated, 0);
+  ASSERT_LT(rows[1].size(), 16u);  // some rows are padded
+  const int32_t cls = *(*tok)->token_to_id("[CLS]"), sep = *(*tok)->token_to_id("[SEP]");
+  EXPECT_EQ(rows[1].front(), cls);
+  EXPECT_EQ(rows[1].back(), sep);  // no eos after [SEP]
+  for (int64_t g : {0, 1}) {
+    auto b = d->batch_at(g);
+    ASSERT_TRUE(b.is_ok()) << b.status().message();
+    ASSERT_TRUE(b->attention_mask.defined());
+    const int32_t* x = b->tokens.data<int32_t>();
+    const int32_t* y = b->targets.data<int32_t>();
+    const int32_t* m = b->attention_mask.data<int32_t>();
+    int64_t selected = 0, padded = 0;
+    for (int64_t r = 0; r < 4; ++r) {
+      const std::vector<int32_t>& ids = rows[static_cast<size_t>(r)];
+      for (int64_t t = 0; t < 16; ++t) {
+        const size_t i = static_cast<size_t>(r * 16 + t);
+        if (t >= static_cast<int64_t>(ids.size())) {
+          ++padded;
+          EXPECT_EQ(m[i], 0);
+          EXPECT_EQ(y[i], -100);
+          continue;
+        }
+        EXPECT_EQ(m[i], 1);
+        const int32_t orig = ids[static_cast<size_t>(t)];
+        if (orig == cls || orig == sep) {
+          EXPECT_EQ(y[i], -100);
+          EXPECT_EQ(x[i], orig);
+        } else if (y[i] != -100) {
+          ++selected;
+          EXPECT_EQ(y[i], orig);
+        } else {
+          EXPECT_EQ(x[i], orig);
+        }
+      }
+    }
+    EXPECT_GT(selected, 4);
+    EXPECT_GT(padded, 10);
+  }
+  // Each epoch masks afresh (the row number in the run), evaluation always the same way.
+  auto b0 = d->batch_at(0), b1 = d->batch_at(1);
+  ASSERT_TRUE(b0.is_ok() && b1.is_ok());
+  EXPECT_NE(std::vector<int32_t>(b0->targets.data<int32_t>(), b0->targets.data<int32_t>() + 64),
+            std::vector<int32_t>(b1->targets.data<int32_t>(), b1->targets.data<int32_t>() + 64));
+  auto e0 = d->eval_batch(0), e0again = d->eval_batch(0);
+  ASSERT_TRUE(e0.is_ok() && e0again.is_ok());
+  EXPECT_EQ(e0->targets, e0again->targets);
+  EXPECT_TRUE(e0->padded);
+}
+
+TEST(MlmText, PromptResponseRecordsAreRefused) {
+  testing::TempDir dir;
+  {
+    std::ofstream f(dir.file("sft.jsonl"));
+    f << R"({"input_ids": [1, 2, 3]})" << "\n";
+  }
+  {
+    std::ofstream f(dir.file("pairs.jsonl"));
+    f << R"({"prompt": "a", "response": "b"})" << "\n";
+  }
+  auto tok = tokenizer_load(ZT_SOURCE_DIR "/tests/fixtures/tokenizers/bert/tokenizer.json");
+  ASSERT_TRUE(tok.is_ok());
+  tasks::MlmOptions o = options();
+  auto d = tasks::MlmTextData::open(dir.file("pairs.jsonl"), *tok, {.seq_len = 8}, o);
+  ASSERT_FALSE(d.is_ok());
+  EXPECT_NE(d.status().message().find("not masked-LM data"), std::string::npos)
+      << d.status().message();
+  EXPECT_TRUE(tasks::is_jsonl_path("a/b.jsonl.gz"));
+  EXPECT_TRUE(tasks::is_jsonl_path("x.json"));
+  EXPECT_FALSE(tasks::is_jsonl_path("x.bin"));
+}
+
+// Training on padded rows: the engine's loss with the attention mask equals the evaluation
+// path's (which LossFixture checks against transformers' BertForMaskedLM with padding), and the
+// ids under the padding do not matter: the mask keeps every real position from seeing them.
+TEST(MlmText, EngineTrainsPaddedRowsWithTheAttentionMask) {
+  testing::TempDir dir;
+  {
+    std::ofstream f(dir.file("ids.jsonl"));
+    f << R"({"input_ids": [2, 17, 45, 99, 120, 7, 33, 81, 200, 3]})" << "\n"
+      << R"({"input_ids": [2, 50, 60, 3]})" << "\n"
+      << R"({"input_ids": [2, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 3]})" << "\n"
+      << R"({"input_ids": [2, 140, 141, 142, 143, 144, 3]})" << "\n";
+  }
+  auto choice = ckpt::model_open(ZT_SOURCE_DIR "/tests/fixtures/hf/bert_mlm");
+  ASSERT_TRUE(choice.is_ok()) << choice.status().message();
+  tasks::MlmOptions o = options();
+  o.probability = 0.4;
+  auto d = tasks::MlmTextData::open(dir.file("ids.jsonl"), nullptr,
+                                    {.seq_len = 16, .micro_batch = 4, .shuffle = false}, o);
+  ASSERT_TRUE(d.is_ok()) << d.status().message();
+  auto b = d->batch_at(0);
+  ASSERT_TRUE(b.is_ok()) << b.status().message();
+  auto cfg = config_parse(R"({"train_micro_batch_size_per_gpu": 4,
+    "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})",
+                          "test", 1);
+  ASSERT_TRUE(cfg.is_ok());
+  auto e = initialize(*choice->model, *cfg, {.device = Device::cpu(), .seed = 1});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  tasks::LmBatch lb;
+  lb.B = 4;
+  lb.T = 16;
+  lb.input_ids.assign(b->tokens.data<int32_t>(), b->tokens.data<int32_t>() + 64);
+  lb.targets.assign(b->targets.data<int32_t>(), b->targets.data<int32_t>() + 64);
+  lb.attention_mask.assign(b->attention_mask.data<int32_t>(),
+                           b->attention_mask.data<int32_t>() + 64);
+  lb.token_type_ids.assign(64, 0);
+  lb.padded = true;
+  tasks::LossSum want;
+  tasks::lm_loss_accumulate(*choice->model, (*e)->eval_context(), lb, want, (*e)->hooks());
+  ASSERT_GT(want.count, 0);
+  // Other ids under the padding: the same loss with the mask.
+  Tensor other = b->tokens.clone();
+  for (int64_t i = 0; i < 64; ++i) {
+    if (b->attention_mask.data<int32_t>()[i] == 0) other.data<int32_t>()[i] = 100 + (i % 50);
+  }
+  auto loss_other = (*e)->forward(other, b->targets, &b->attention_mask);
+  ASSERT_TRUE(loss_other.is_ok()) << loss_other.status().message();
+  auto loss = (*e)->forward(b->tokens, b->targets, &b->attention_mask);
+  ASSERT_TRUE(loss.is_ok()) << loss.status().message();
+  EXPECT_NEAR(*loss, want.mean(), 1e-5 * want.mean());
+  EXPECT_NEAR(*loss_other, *loss, 1e-6 * *loss);
+  // Without the mask the padding is read, and the loss is another one (the control).
+  auto unmasked = (*e)->forward(other, b->targets, nullptr);
+  ASSERT_TRUE(unmasked.is_ok());
+  EXPECT_GT(std::abs(*unmasked - *loss), 1e-4 * *loss);
 }
 
 }  // namespace
