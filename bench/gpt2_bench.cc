@@ -10,6 +10,7 @@
 //                 [--stage N] [--offload-optimizer none|cpu] [--pin-memory true|false]
 //                 [--zero-keys '"reduce_bucket_size": 5e7, "overlap_comm": true']
 //                 [--gradient-checkpointing] [--lora-dim R [--lora-alpha A] [--only-optimize-lora]]
+//                 [--kernel-trace N]
 //
 // --gradient-checkpointing: activation checkpointing (EngineOptions::activation_checkpointing, as
 // `zt train --gradient-checkpointing`): each block keeps only its input and recomputes the rest
@@ -22,6 +23,9 @@
 // parameter and 4 per frozen one (forward and input gradient; a frozen weight has no weight
 // gradient), the same convention as bench/llama_torch.py --lora; recomputation is not counted.
 //
+// --kernel-trace N: after the timed steps, N more steps run under CUPTI's activity tracing and
+// the GPU time of each kernel (summed by name, per step) goes to stderr as a table and into the
+// JSON line as "kernels" (the timed steps are not traced).
 // --zero-keys adds members to the zero_optimization block (needs --stage).
 // --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
 // {device: cpu, pin_memory: --pin-memory, default true}: ZeRO-Offload, the fp32 master weights and
@@ -53,6 +57,8 @@
 #include "zt/tasks/lora.h"
 #include "zt/zero/optimizer_offload.h"
 
+#include "kernel_trace.h"
+
 namespace {
 
 struct Args {
@@ -68,6 +74,7 @@ struct Args {
   std::string pin_memory = "true";
   std::string zero_keys;       // more zero_optimization keys, as JSON members ("k": v, ...)
   bool checkpointing = false;  // --gradient-checkpointing
+  int kernel_trace = 0;        // --kernel-trace N
   int lora_dim = 0;            // 0: no adapters
   float lora_alpha = 1.0f;
   bool lora_alpha_set = false;
@@ -117,6 +124,8 @@ Args parse(int argc, char** argv) {
       a.pin_memory = v;
     } else if (k == "--zero-keys") {
       a.zero_keys = v;
+    } else if (k == "--kernel-trace") {
+      a.kernel_trace = std::atoi(v.c_str());
     } else if (k == "--lora-dim") {
       char* end = nullptr;
       const long r = std::strtol(v.c_str(), &end, 10);
@@ -275,7 +284,8 @@ int run(int argc, char** argv) {
                  st.allocated_bytes / 1048576.0, st.peak_allocated_bytes / 1048576.0);
     zt::allocator_reset_peak(*dev);
   };
-  for (int s = 0; s < a.warmup + a.steps; ++s) {
+  // One training step; false (after saying why) when it fails.
+  auto train_step = [&](int s) -> bool {
     zt::Tensor tok, tgt;
     next_batch(tok, tgt);
     if (s == a.warmup) zt::allocator_reset_peak(*dev);
@@ -285,16 +295,16 @@ int run(int argc, char** argv) {
     phase("forward", s);
     if (!loss) {
       std::fprintf(stderr, "%s\n", loss.status().message().c_str());
-      return 1;
+      return false;
     }
     if (auto st = e.backward(*loss); !st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
-      return 1;
+      return false;
     }
     phase("backward", s);
     if (auto st = e.step(); !st.is_ok()) {
       std::fprintf(stderr, "%s\n", st.message().c_str());
-      return 1;
+      return false;
     }
     phase("step", s);
     stop.record(e.stream());
@@ -306,6 +316,24 @@ int run(int argc, char** argv) {
         offload_ms.push_back(offload->last_times().total_ms);
         offload_cpu_ms.push_back(offload->last_times().cpu_ms);
       }
+    }
+    return true;
+  };
+  for (int s = 0; s < a.warmup + a.steps; ++s) {
+    if (!train_step(s)) return 1;
+  }
+  std::vector<zt::bench::KernelTotal> kernels;
+  if (a.kernel_trace > 0 && print) {
+    zt::bench::KernelTrace trace;
+    if (trace.start()) {
+      const size_t timed = ms.size();
+      for (int s = 0; s < a.kernel_trace; ++s) {
+        if (!train_step(a.warmup + a.steps + s)) return 1;
+      }
+      e.stream().synchronize();
+      kernels = trace.stop();
+      ms.resize(timed);  // the traced steps are not timed
+      losses.resize(static_cast<size_t>(a.warmup + a.steps));
     }
   }
   std::vector<float> sorted = ms;
@@ -364,6 +392,10 @@ int run(int argc, char** argv) {
     out["offload_step_ms_median"] = median_of(offload_ms);
     out["offload_cpu_ms_median"] = median_of(offload_cpu_ms);
     out["offload_pieces"] = offload->last_times().pieces;
+  }
+  if (!kernels.empty()) {
+    zt::bench::kernel_totals_print(kernels, a.kernel_trace, 40, median);
+    out["kernels"] = zt::bench::kernel_totals_json(kernels, a.kernel_trace, 40);
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -30,6 +30,7 @@ import argparse
 import json
 import math
 import statistics
+import sys
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -92,6 +93,9 @@ def main():
     p.add_argument("--lora-impl", choices=("auto", "peft", "manual"), default="auto",
                    help="auto: peft if it imports, else the plain-PyTorch layer")
     p.add_argument("--checkpointing", action="store_true", help="activation checkpointing")
+    p.add_argument("--kernel-trace", type=int, default=0, metavar="N",
+                   help="after the timed steps, profile N more and print each kernel's GPU time "
+                        "per step (stderr), as zt_bench_gpt2 --kernel-trace does")
     a = p.parse_args()
     alpha = a.lora_alpha if a.lora_alpha is not None else 2.0 * a.lora
     layers, heads, kv, hidden, inner, tied = SHAPES[a.model]
@@ -146,24 +150,55 @@ def main():
         matmul_flops += f_emb * emb.numel()
     flops_tok = matmul_flops + 12 * layers * a.seq * hidden
     times, losses = [], []
-    for s in range(a.warmup + a.steps):
+
+    def train_step():
         x = torch.randint(0, 128256, (a.batch, a.seq), device="cuda")
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if s == a.warmup:
-            torch.cuda.reset_peak_memory_stats()
-        start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fwd(input_ids=x, labels=x).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    for s in range(a.warmup + a.steps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if s == a.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        start.record()
+        loss = train_step()
         stop.record()
         stop.synchronize()
         losses.append(loss.item())
         if s >= a.warmup:
             times.append(start.elapsed_time(stop))
     med = statistics.median(times)
+    kernels = []
+    if a.kernel_trace > 0:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(a.kernel_trace):
+                train_step()
+            torch.cuda.synchronize()
+        totals = {}
+        for ev in prof.events():
+            if ev.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            name = ev.name if len(ev.name) <= 96 else ev.name[:93] + "..."
+            t = totals.setdefault(name, [0.0, 0])
+            t[0] += ev.device_time / 1000.0  # us -> ms
+            t[1] += 1
+        rows = sorted(totals.items(), key=lambda kv: -kv[1][0])
+        total = sum(v[0] for _, v in rows)
+        n = a.kernel_trace
+        print(f"kernel trace: {total / n:.2f} ms of GPU work per step in "
+              f"{sum(v[1] for _, v in rows) / n:.0f} launches (step {med:.2f} ms, busy "
+              f"{100 * total / n / med:.1f}%)", file=sys.stderr)
+        for name, (ms, cnt) in rows[:40]:
+            print(f"  {ms / n:8.3f} ms {100 * ms / total:5.1f}% {cnt / n:6.0f}x  {name}",
+                  file=sys.stderr)
+        kernels = [{"name": k, "ms_per_step": v[0] / n, "launches_per_step": v[1] / n}
+                   for k, v in rows[:40]]
     tps = a.batch * a.seq / (med / 1000)
     print(json.dumps({"impl": "torch.compile" if a.compile else "torch-eager", "model": a.model,
                       "params": params, "batch": a.batch, "seq": a.seq, "dtype": "bf16",
@@ -174,7 +209,8 @@ def main():
                       "checkpointing": a.checkpointing, "lora_dim": a.lora,
                       "lora_alpha": alpha if a.lora else 0.0, "lora_impl": lora_impl,
                       "only_optimize_lora": bool(a.lora), "trainable_params": n_train,
-                      "base_weights_dtype": "bf16" if a.lora else "fp32"}))
+                      "base_weights_dtype": "bf16" if a.lora else "fp32",
+                      **({"kernels": kernels} if kernels else {})}))
 
 
 if __name__ == "__main__":

@@ -27,3 +27,7 @@ for b in gpu_bundle/bin/*; do
 done | sort -u | grep -vE 'libopenblas|libgfortran|libquadmath|libgomp|libfmt|libc\.so|libm\.so|libstdc\+\+|libgcc_s|ld-linux|libcuda|libcudart|libcublas|libnccl|libpthread|libdl\.so|librt\.so' |
   while read -r lib; do cp -L "$lib" gpu_bundle/lib/; done
 du -sh gpu_bundle
+# The device machines take at most 64 MiB of carried files with the tree: the compressed bundle
+# is what travels (`tar -xJf gpu_bundle.tar.xz` there before running the scripts).
+tar -cf - gpu_bundle | xz -T2 -6 >gpu_bundle.tar.xz
+du -sh gpu_bundle.tar.xz

@@ -102,12 +102,16 @@ lm=${ZT_LLAMA_MODEL:-llama-1b}
 lb=${ZT_LLAMA_BATCH:-4}
 ls=${ZT_LLAMA_SEQ:-2048}
 echo "== training $lm, batch $lb, seq $ls, bf16: ZeroTrain, transformers eager, torch.compile"
+# ZT_LLAMA_TRACE=N: each run also traces N extra steps kernel by kernel (the tables go to the
+# logs llama_zt.log, llama_torch.log, llama_compile.log).
+trace=()
+[ -n "${ZT_LLAMA_TRACE:-}" ] && trace=(--kernel-trace "$ZT_LLAMA_TRACE")
 "$bin"/zt_bench_gpt2 --model "$lm" --batch "$lb" --seq "$ls" --dtype bf16 --steps 10 --warmup 3 \
-  >>"$out/llama.jsonl" 2>"$out/llama_zt.log" || tail -5 "$out/llama_zt.log"
-python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" \
+  "${trace[@]}" >>"$out/llama.jsonl" 2>"$out/llama_zt.log" || tail -5 "$out/llama_zt.log"
+python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" "${trace[@]}" \
   >>"$out/llama.jsonl" 2>"$out/llama_torch.log" || tail -5 "$out/llama_torch.log"
 if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
-  python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" --compile \
+  python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" --compile "${trace[@]}" \
     >>"$out/llama.jsonl" 2>"$out/llama_compile.log" || tail -5 "$out/llama_compile.log"
 fi
 fi
@@ -120,7 +124,9 @@ for gb in ${ZT_GEN_BATCHES:-1 32}; do
     >>"$out/generate.jsonl" 2>"$out/generate_zt_$gb.log" || tail -5 "$out/generate_zt_$gb.log"
   for peer in "--cache static" "--cache dynamic" "--cache static --compile"; do
     [ "${ZT_BENCH_COMPILE:-1}" = "1" ] || [[ "$peer" != *compile* ]] || continue
-    python3 bench/generate_torch.py --model "$gm" --batch "$gb" --prompt 128 --new 256 $peer \
+    # ZT_PEER_TIMEOUT_S bounds each peer (a compiled one can spend minutes compiling).
+    timeout "${ZT_PEER_TIMEOUT_S:-0}" \
+      python3 bench/generate_torch.py --model "$gm" --batch "$gb" --prompt 128 --new 256 $peer \
       >>"$out/generate.jsonl" 2>>"$out/generate_torch_$gb.log" || tail -5 "$out/generate_torch_$gb.log"
   done
 done

@@ -80,10 +80,18 @@ TEST(RmsnormCuda, DinAliasingDresidualMatchesCpu) {
   check_rmsnorm(37, 100, Residual::kAliasesDin, 601);
 }
 
-TEST(RmsnormCuda, WideRowsUseLargeSharedMemory) {
+TEST(RmsnormCuda, WideRowsMatchCpu) {
   ZT_SKIP_WITHOUT_CUDA();
-  // C floats of per-block partial sums exceed the 48 KiB default: the opt-in path.
+  // Many column blocks of the dweight sums, one row split.
   check_rmsnorm(9, 14000, Residual::kSeparate, 701);
+}
+
+TEST(RmsnormCuda, VectorPathAliasingAndManyRowSplitsMatchCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  // 16-byte loads (C a multiple of 8) with din over dresidual, and 5000 rows: dweight summed
+  // over dozens of row splits, then added in order.
+  check_rmsnorm(37, 256, Residual::kAliasesDin, 801);
+  check_rmsnorm(5000, 512, Residual::kSeparate, 901);
 }
 
 }  // namespace

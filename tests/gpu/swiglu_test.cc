@@ -9,9 +9,9 @@
 namespace zt::testing {
 namespace {
 
-TEST(SwigluCuda, ForwardBackwardMatchCpu) {
-  ZT_SKIP_WITHOUT_CUDA();
-  const int64_t rows = 37, F = 301;
+// F = 301 takes the one-element path; F = 256 the 16-byte vector path (F a multiple of 8 bf16 or
+// 4 f32 values).
+void check_swiglu(int64_t rows, int64_t F) {
   Tensor gate_up = exact_tensor({rows, 2 * F}, 21, 4.0);
   Tensor dout = exact_tensor({rows, F}, 22);
   Tensor out_ref = Tensor::empty({rows, F}, DType::f32);
@@ -33,6 +33,16 @@ TEST(SwigluCuda, ForwardBackwardMatchCpu) {
     kernels::swiglu_backward(gu_d, dout_d, gu_d);
     expect_close(values(gu_d), values(dgu_ref), 2 * d.rtol, d.rtol, "dgate_up aliasing gate_up");
   }
+}
+
+TEST(SwigluCuda, ForwardBackwardMatchCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  check_swiglu(37, 301);
+}
+
+TEST(SwigluCuda, VectorPathMatchesCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  check_swiglu(37, 256);
 }
 
 }  // namespace

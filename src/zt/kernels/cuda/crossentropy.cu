@@ -1,5 +1,6 @@
-// CUDA softmax cross-entropy (contract in kernels/ops.h): one block per row. A first pass keeps a
-// running (max, sum of exp) per thread (online softmax) and combines them across the block; the
+// CUDA softmax cross-entropy (contract in kernels/ops.h): one block per row, 16-byte loads where
+// the row allows. A first pass keeps a running (max, sum of exp) per thread (online softmax) and
+// combines them across the block; the
 // fused version then overwrites the row with dlogits = dloss (softmax - onehot) in the logits
 // dtype, and zeroes the padding columns [vocab, Vp). No probability tensor is materialised.
 // A target outside [0, vocab) traps the kernel (the next CUDA call fails).
@@ -13,7 +14,10 @@ constexpr int kThreads = 512;
 
 enum class CeMode : unsigned char { kLossOnly, kFused };
 
-template <typename T, CeMode kMode>
+// Chunks of kV columns per thread (16-byte loads and stores when kV > 1: Vp a multiple of kV and
+// the logits aligned). The first pass folds each chunk into the thread's running (max, sum of
+// exp) with one rescale per chunk.
+template <typename T, CeMode kMode, int kV>
 __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* targets, int64_t vocab,
                                     int64_t vp, float dloss) {
   __shared__ float scratch[kWarpSize];
@@ -21,10 +25,33 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
   T* row = logits + blockIdx.x * vp;
   const int32_t target = targets[blockIdx.x];
   if (target >= vocab) __trap();
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * kV;
+  auto load = [&](float (&x)[kV], int64_t j) {
+    if constexpr (kV > 1) {
+      const Vec16<T> v = load16(row + j);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) x[k] = to_f32(v.v[k]);
+    } else {
+      x[0] = to_f32(row[j]);
+    }
+  };
+  auto store = [&](int64_t j, const float (&d)[kV]) {
+    if constexpr (kV > 1) {
+      Vec16<T> v;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) v.v[k] = from_f32<T>(d[k]);
+      store16(row + j, v);
+    } else {
+      row[j] = from_f32<T>(d[0]);
+    }
+  };
   if (target < 0) {  // not counted (transformers' ignore index): no loss, no gradient
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     if constexpr (kMode == CeMode::kFused) {
-      for (int64_t j = threadIdx.x; j < vp; j += blockDim.x) row[j] = from_f32<T>(0.0f);
+      float zero[kV];
+#pragma unroll
+      for (int k = 0; k < kV; ++k) zero[k] = 0.0f;
+      for (int64_t j = threadIdx.x * kV; j < vp; j += stride) store(j, zero);
     }
     return;
   }
@@ -33,13 +60,22 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
 
   float m = -INFINITY;
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-    const float x = to_f32(row[j]);
-    if (x > m) {
-      sum = sum * expf(m - x) + 1.0f;  // rescale what was summed against the old max
-      m = x;
-    } else if (x != -INFINITY) {
-      sum += expf(x - m);
+  for (int64_t j = threadIdx.x * kV; j < vocab; j += stride) {
+    float x[kV];
+    load(x, j);
+    float cm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      if (j + k < vocab) cm = fmaxf(cm, x[k]);
+    }
+    if (cm == -INFINITY) continue;  // nothing but -inf (or padding) in this chunk
+    if (cm > m) {
+      sum = m == -INFINITY ? 0.0f : sum * expf(m - cm);  // rescale to the new max
+      m = cm;
+    }
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      if (j + k < vocab && x[k] != -INFINITY) sum += expf(x[k] - m);
     }
   }
   const float row_max = block_max(m, scratch);
@@ -49,13 +85,18 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
 
   if constexpr (kMode == CeMode::kFused) {
     const float inv_sum = 1.0f / row_sum;
-    for (int64_t j = threadIdx.x; j < vp; j += blockDim.x) {
-      float d = 0.0f;
-      if (j < vocab) {
-        const float p = expf(to_f32(row[j]) - row_max) * inv_sum;
-        d = dloss * (p - (j == target ? 1.0f : 0.0f));
+    for (int64_t j = threadIdx.x * kV; j < vp; j += stride) {
+      float x[kV], d[kV];
+      load(x, j);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        d[k] = 0.0f;
+        if (j + k < vocab) {
+          const float p = expf(x[k] - row_max) * inv_sum;
+          d[k] = dloss * (p - (j + k == target ? 1.0f : 0.0f));
+        }
       }
-      row[j] = from_f32<T>(d);
+      store(j, d);
     }
   }
 }
@@ -90,8 +131,16 @@ void crossentropy_launch(Tensor& losses, const Tensor& logits, const Tensor& tar
   DeviceGuard guard(logits.device());
   dispatch_compute(logits.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    crossentropy_kernel<T, kMode><<<static_cast<unsigned>(sh.rows), kThreads, 0, stream_of(s)>>>(
-        ptr<float>(losses), ptr<T>(logits), ptr<const int32_t>(targets), vocab, sh.vp, dloss);
+    constexpr int kV = kVec<T>;
+    if (sh.vp % kV == 0 && vec16_aligned(ptr<const T>(logits))) {
+      crossentropy_kernel<T, kMode, kV>
+          <<<static_cast<unsigned>(sh.rows), kThreads, 0, stream_of(s)>>>(
+              ptr<float>(losses), ptr<T>(logits), ptr<const int32_t>(targets), vocab, sh.vp, dloss);
+    } else {
+      crossentropy_kernel<T, kMode, 1>
+          <<<static_cast<unsigned>(sh.rows), kThreads, 0, stream_of(s)>>>(
+              ptr<float>(losses), ptr<T>(logits), ptr<const int32_t>(targets), vocab, sh.vp, dloss);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

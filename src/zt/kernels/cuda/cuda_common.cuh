@@ -99,6 +99,29 @@ __device__ __forceinline__ f16 from_f32<f16>(float x) {
   return __float2half_rn(x);
 }
 
+// ---- 16-byte vectors: kVec<T> elements of T moved by one 128-bit load or store. Kernels that
+// stream rows use them when the row length is a multiple of kVec<T> and the pointers are
+// 16-byte aligned (vec16_ok), and fall back to one element at a time otherwise.
+template <typename T>
+inline constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+template <typename T>
+struct alignas(16) Vec16 {
+  T v[kVec<T>];
+};
+template <typename T>
+__device__ __forceinline__ Vec16<T> load16(const T* p) {
+  return *reinterpret_cast<const Vec16<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
+  *reinterpret_cast<Vec16<T>*>(p) = v;
+}
+// Whether every pointer is 16-byte aligned (null pointers count as aligned).
+template <typename... P>
+inline bool vec16_aligned(const P*... p) {
+  return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
 // ---- reductions. Every lane of the warp (every thread of the block) gets the result.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -1,12 +1,13 @@
 // CUDA RMSNorm forward/backward over the last dimension C (contract in kernels/op_table.inc), as
 // the CPU reference: rstd = 1 / sqrt(mean(x^2) + eps), out = weight * (x * rstd). One warp per
-// row; statistics and the parameter gradient in f32. The forward rounds x * rstd to the compute
+// row, 16-byte loads and stores when C and the alignment allow; statistics and the parameter
+// gradient in f32. The forward rounds x * rstd to the compute
 // dtype before multiplying by the weight, as transformers' LlamaRMSNorm does
 // (`weight * hidden.to(input_dtype)`), so bf16 outputs match it; the backward differentiates the
-// unrounded function in f32. Backward: each block sums its rows' dweight contributions in shared
-// memory, then adds them to the f32 gradient with one atomic per column (dweight +=); an undefined
-// dweight (a frozen weight) is not computed, and the kernel then uses no shared memory.
-// din may alias dout or dresidual: each lane reads an element before it writes the same element.
+// unrounded function in f32. Backward: dweight (+=) from per-split column sums added in a fixed
+// order (deterministic, no atomics), before din is written; an undefined dweight (a frozen
+// weight) is not computed. din may alias dout or dresidual: each lane reads a chunk before it
+// writes the same chunk.
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 
@@ -22,7 +23,31 @@ __device__ __forceinline__ float round_to(float x) {
   return to_f32(from_f32<T>(x));
 }
 
-template <typename T>
+// kV consecutive elements at p (one 16-byte load when kV > 1) as floats.
+template <typename T, int kV>
+__device__ __forceinline__ void load_f32(float (&out)[kV], const T* p) {
+  if constexpr (kV > 1) {
+    const Vec16<T> v = load16(p);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) out[k] = to_f32(v.v[k]);
+  } else {
+    out[0] = to_f32(p[0]);
+  }
+}
+template <typename T, int kV>
+__device__ __forceinline__ void store_from_f32(T* p, const float (&in)[kV]) {
+  if constexpr (kV > 1) {
+    Vec16<T> v;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v.v[k] = from_f32<T>(in[k]);
+    store16(p, v);
+  } else {
+    p[0] = from_f32<T>(in[0]);
+  }
+}
+
+// One warp per row; each lane takes chunks of kV elements (C % kV == 0).
+template <typename T, int kV>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* in, const T* weight, float eps,
                                        int64_t rows, int C) {
   const int lane = threadIdx.x % kWarpSize;
@@ -30,57 +55,114 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* in, const T
   if (row >= rows) return;  // whole warps leave together
   const T* x = in + row * C;
   float sum_sq = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float v = to_f32(x[c]);
-    sum_sq += v * v;
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float v[kV];
+    load_f32<T, kV>(v, x + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) sum_sq += v[k] * v[k];
   }
   const float r = rsqrtf(warp_sum(sum_sq) / static_cast<float>(C) + eps);
   T* o = out + row * C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    o[c] = from_f32<T>(to_f32(weight[c]) * round_to<T>(to_f32(x[c]) * r));
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float v[kV], w[kV];
+    load_f32<T, kV>(v, x + c);
+    load_f32<T, kV>(w, weight + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = w[k] * round_to<T>(v[k] * r);
+    store_from_f32<T, kV>(o + c, v);
   }
   if (lane == 0) rstd[row] = r;
 }
 
 // din = rstd (dnorm - norm mean(dnorm norm)) [+ dresidual], dnorm = weight dout, norm = x rstd.
-// Shared memory: the block's dweight partial sums, C floats; none when dweight is null (not
-// computed).
-template <typename T>
-__global__ void rmsnorm_backward_kernel(T* din, float* dweight, const T* dout, const T* in,
-                                        const T* weight, const float* rstd, const T* dresidual,
-                                        int64_t rows, int C) {
-  extern __shared__ float s_dw[];
-  if (dweight != nullptr) {
-    for (int c = threadIdx.x; c < C; c += blockDim.x) s_dw[c] = 0.0f;
-    __syncthreads();
-  }
-
+// One warp per row, chunks of kV elements per lane. Each lane reads the elements of a chunk
+// before writing the same chunk of din, so din may alias dout or dresidual.
+template <typename T, int kV>
+__global__ void rmsnorm_backward_kernel(T* din, const T* dout, const T* in, const T* weight,
+                                        const float* rstd, const T* dresidual, int64_t rows, int C) {
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-       row < rows; row += warps_total) {
-    const T* g = dout + row * C;
-    const T* x = in + row * C;
-    const float r = rstd[row];
-    float sum_dnorm_norm = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) {
-      sum_dnorm_norm += to_f32(weight[c]) * to_f32(g[c]) * to_f32(x[c]) * r;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const T* g = dout + row * C;
+  const T* x = in + row * C;
+  const float r = rstd[row];
+  float sum_dnorm_norm = 0.0f;
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float gv[kV], xv[kV], wv[kV];
+    load_f32<T, kV>(gv, g + c);
+    load_f32<T, kV>(xv, x + c);
+    load_f32<T, kV>(wv, weight + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) sum_dnorm_norm += wv[k] * gv[k] * xv[k] * r;
+  }
+  const float mean_dnorm_norm = warp_sum(sum_dnorm_norm) / static_cast<float>(C);
+  T* d = din + row * C;
+  const T* dres = dresidual != nullptr ? dresidual + row * C : nullptr;
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float gv[kV], xv[kV], wv[kV], rv[kV];
+    load_f32<T, kV>(gv, g + c);
+    load_f32<T, kV>(xv, x + c);
+    load_f32<T, kV>(wv, weight + c);
+    if (dres != nullptr) {
+      load_f32<T, kV>(rv, dres + c);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
     }
-    const float mean_dnorm_norm = warp_sum(sum_dnorm_norm) / static_cast<float>(C);
-    T* d = din + row * C;
-    const T* dres = dresidual != nullptr ? dresidual + row * C : nullptr;
-    for (int c = lane; c < C; c += kWarpSize) {
-      const float gc = to_f32(g[c]);
-      const float norm = to_f32(x[c]) * r;
-      float v = (to_f32(weight[c]) * gc - norm * mean_dnorm_norm) * r;
-      if (dres != nullptr) v += to_f32(dres[c]);
-      d[c] = from_f32<T>(v);
-      if (dweight != nullptr) atomicAdd(s_dw + c, gc * norm);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) gv[k] = (wv[k] * gv[k] - xv[k] * r * mean_dnorm_norm) * r + rv[k];
+    store_from_f32<T, kV>(d + c, gv);
+  }
+}
+
+// dweight, deterministically: block (x, y) sums dout * x * rstd over the rows of split y for
+// kDwCols columns (32 lanes x kV, kDwRows rows at a time) and writes the split's partial sums;
+// rmsnorm_dweight_finish adds the splits in order. No atomics, so a step's dweight is the same
+// bits on every run.
+constexpr int kDwRows = 8;  // blockDim.y
+
+template <typename T, int kV>
+__global__ void rmsnorm_dweight_partial_kernel(float* partial, const T* dout, const T* in,
+                                               const float* rstd, int64_t rows,
+                                               int64_t rows_per_split, int C) {
+  __shared__ float s_sum[kDwRows][kWarpSize * kV];
+  const int c0 = (blockIdx.x * kWarpSize + threadIdx.x) * kV;
+  const int64_t begin = blockIdx.y * rows_per_split;
+  const int64_t end = begin + rows_per_split < rows ? begin + rows_per_split : rows;
+  float acc[kV];
+#pragma unroll
+  for (int k = 0; k < kV; ++k) acc[k] = 0.0f;
+  if (c0 < C) {
+    for (int64_t row = begin + threadIdx.y; row < end; row += kDwRows) {
+      float gv[kV], xv[kV];
+      load_f32<T, kV>(gv, dout + row * C + c0);
+      load_f32<T, kV>(xv, in + row * C + c0);
+      const float r = rstd[row];
+#pragma unroll
+      for (int k = 0; k < kV; ++k) acc[k] += gv[k] * (xv[k] * r);
     }
   }
-  if (dweight == nullptr) return;
+#pragma unroll
+  for (int k = 0; k < kV; ++k) s_sum[threadIdx.y][threadIdx.x * kV + k] = acc[k];
   __syncthreads();
-  for (int c = threadIdx.x; c < C; c += blockDim.x) atomicAdd(dweight + c, s_dw[c]);
+  if (threadIdx.y == 0 && c0 < C) {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      float v = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kDwRows; ++y) v += s_sum[y][threadIdx.x * kV + k];
+      partial[blockIdx.y * static_cast<int64_t>(C) + c0 + k] = v;
+    }
+  }
+}
+
+__global__ void rmsnorm_dweight_finish_kernel(float* dweight, const float* partial, int splits,
+                                              int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float v = 0.0f;
+  for (int s = 0; s < splits; ++s) v += partial[static_cast<int64_t>(s) * C + c];
+  dweight[c] += v;
 }
 
 int sm_count() {
@@ -124,8 +206,16 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& in, const Tensor& 
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
-    rmsnorm_forward_kernel<T><<<grid, kThreads, 0, stream_of(s)>>>(
-        ptr<T>(out), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight), eps, sh.rows, sh.C);
+    constexpr int kV = kVec<T>;
+    if (sh.C % kV == 0 && vec16_aligned(ptr<T>(out), ptr<const T>(in), ptr<const T>(weight))) {
+      rmsnorm_forward_kernel<T, kV><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight), eps, sh.rows,
+          sh.C);
+    } else {
+      rmsnorm_forward_kernel<T, 1><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight), eps, sh.rows,
+          sh.C);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -153,20 +243,48 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
   }
   if (sh.rows == 0) return;
   DeviceGuard guard(in.device());
-  const size_t smem = with_dweight ? static_cast<size_t>(sh.C) * sizeof(float) : 0;
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in
-      ZT_CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_backward_kernel<T>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+    const T* dres = dresidual != nullptr ? ptr<const T>(*dresidual) : nullptr;
+    constexpr int kV = kVec<T>;
+    const bool vec = sh.C % kV == 0 && vec16_aligned(ptr<T>(din), ptr<const T>(dout),
+                                                     ptr<const T>(in), ptr<const T>(weight), dres);
+    // dweight first: din may overwrite dout.
+    if (with_dweight) {
+      const int v = vec ? kV : 1;
+      const int64_t col_blocks = ceil_div(sh.C, kWarpSize * v);
+      // About four blocks per SM in all, each split at least 64 rows.
+      const int64_t splits = std::max<int64_t>(
+          1, std::min<int64_t>(ceil_div(4 * sm_count(), col_blocks), ceil_div(sh.rows, 64)));
+      const int64_t rows_per_split = ceil_div(sh.rows, splits);
+      Tensor partial = Tensor::empty({splits, sh.C}, DType::f32, in.device(), s);
+      const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
+      const dim3 block(kWarpSize, kDwRows);
+      if (vec) {
+        rmsnorm_dweight_partial_kernel<T, kV><<<grid, block, 0, stream_of(s)>>>(
+            ptr<float>(partial), ptr<const T>(dout), ptr<const T>(in), ptr<const float>(rstd),
+            sh.rows, rows_per_split, sh.C);
+      } else {
+        rmsnorm_dweight_partial_kernel<T, 1><<<grid, block, 0, stream_of(s)>>>(
+            ptr<float>(partial), ptr<const T>(dout), ptr<const T>(in), ptr<const float>(rstd),
+            sh.rows, rows_per_split, sh.C);
+      }
+      ZT_CUDA_CHECK_LAUNCH();
+      rmsnorm_dweight_finish_kernel<<<static_cast<unsigned>(ceil_div(sh.C, 256)), 256, 0,
+                                      stream_of(s)>>>(ptr<float>(dweight), ptr<const float>(partial),
+                                                      static_cast<int>(splits), sh.C);
+      ZT_CUDA_CHECK_LAUNCH();
     }
-    // About two blocks per SM: enough warps in flight, few shared-to-global flushes.
-    const int64_t blocks = std::min<int64_t>(ceil_div(sh.rows, kWarpsPerBlock), 2 * sm_count());
-    rmsnorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, stream_of(s)>>>(
-        ptr<T>(din), with_dweight ? ptr<float>(dweight) : nullptr, ptr<const T>(dout),
-        ptr<const T>(in), ptr<const T>(weight), ptr<const float>(rstd),
-        dresidual != nullptr ? ptr<const T>(*dresidual) : nullptr, sh.rows, sh.C);
+    const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
+    if (vec) {
+      rmsnorm_backward_kernel<T, kV><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const float>(rstd), dres, sh.rows, sh.C);
+    } else {
+      rmsnorm_backward_kernel<T, 1><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const float>(rstd), dres, sh.rows, sh.C);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,6 +1,7 @@
 // CUDA SwiGLU, Llama's MLP nonlinearity (contract in kernels/op_table.inc): per row
-// [gate (F) | up (F)] -> silu(gate) * up. One thread per (row, f) pair in a grid-stride loop;
-// arithmetic in f32, one rounding at the store. dgate_up may alias gate_up: a thread reads its
+// [gate (F) | up (F)] -> silu(gate) * up. One thread per chunk of a row's features (eight bf16
+// values through 16-byte loads and stores, or one when F or the alignment does not allow it) in a
+// grid-stride loop; arithmetic in f32, one rounding at the store. dgate_up may alias gate_up: a thread reads its
 // gate and up values before writing their gradients.
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
@@ -19,31 +20,71 @@ __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
-template <typename T>
-__global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t n, int64_t F) {
-  ZT_GRID_STRIDE(i, n) {
-    const int64_t row = i / F;
-    const int64_t f = i - row * F;
-    const float x = to_f32(gate_up[row * 2 * F + f]);
-    const float u = to_f32(gate_up[row * 2 * F + F + f]);
-    out[i] = from_f32<T>(x * sigmoid(x) * u);
+// Each thread handles kV consecutive features of one row (kV = kVec<T> with 16-byte loads when
+// F is a multiple of it and the tensors are aligned, else 1): i indexes those chunks.
+template <typename T, int kV>
+__global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t chunks, int64_t F) {
+  const int64_t per_row = F / kV;
+  ZT_GRID_STRIDE(i, chunks) {
+    const int64_t row = i / per_row;
+    const int64_t f = (i - row * per_row) * kV;
+    const T* gp = gate_up + row * 2 * F + f;
+    T* op = out + row * F + f;
+    if constexpr (kV > 1) {
+      const Vec16<T> x = load16(gp);
+      const Vec16<T> u = load16(gp + F);
+      Vec16<T> o;
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const float xv = to_f32(x.v[k]);
+        o.v[k] = from_f32<T>(xv * sigmoid(xv) * to_f32(u.v[k]));
+      }
+      store16(op, o);
+    } else {
+      const float x = to_f32(gp[0]);
+      op[0] = from_f32<T>(x * sigmoid(x) * to_f32(gp[F]));
+    }
   }
 }
 
-// dgate = dout up silu'(gate), dup = dout silu(gate), silu' = sg (1 + x (1 - sg)).
-template <typename T>
-__global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate_up, int64_t n,
-                                       int64_t F) {
-  ZT_GRID_STRIDE(i, n) {
-    const int64_t row = i / F;
-    const int64_t f = i - row * F;
+template <typename T, int kV>
+__global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate_up,
+                                       int64_t chunks, int64_t F) {
+  const int64_t per_row = F / kV;
+  ZT_GRID_STRIDE(i, chunks) {
+    const int64_t row = i / per_row;
+    const int64_t f = (i - row * per_row) * kV;
     const int64_t gi = row * 2 * F + f;
-    const float x = to_f32(gate_up[gi]);
-    const float u = to_f32(gate_up[gi + F]);
-    const float g = to_f32(dout[i]);
-    const float sg = sigmoid(x);
-    dgate_up[gi] = from_f32<T>(g * u * sg * (1.0f + x * (1.0f - sg)));
-    dgate_up[gi + F] = from_f32<T>(g * x * sg);
+    // Everything is read before anything is written: dgate_up may alias gate_up.
+    T x[kV], u[kV], g[kV];
+    if constexpr (kV > 1) {
+      const Vec16<T> xv = load16(gate_up + gi), uv = load16(gate_up + gi + F),
+                     gv = load16(dout + row * F + f);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        x[k] = xv.v[k];
+        u[k] = uv.v[k];
+        g[k] = gv.v[k];
+      }
+    } else {
+      x[0] = gate_up[gi];
+      u[0] = gate_up[gi + F];
+      g[0] = dout[row * F + f];
+    }
+    Vec16<T> dx, du;
+    T* dxp = kV > 1 ? dx.v : dgate_up + gi;
+    T* dup = kV > 1 ? du.v : dgate_up + gi + F;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      const float xf = to_f32(x[k]), uf = to_f32(u[k]), gf = to_f32(g[k]);
+      const float sg = sigmoid(xf);
+      dxp[k] = from_f32<T>(gf * uf * sg * (1.0f + xf * (1.0f - sg)));
+      dup[k] = from_f32<T>(gf * xf * sg);
+    }
+    if constexpr (kV > 1) {
+      store16(dgate_up + gi, dx);
+      store16(dgate_up + gi + F, du);
+    }
   }
 }
 
@@ -72,8 +113,14 @@ void swiglu_forward(Tensor& out, const Tensor& gate_up, const Stream& s) {
   DeviceGuard guard(gate_up.device());
   dispatch_compute(gate_up.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    swiglu_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
-        ptr<T>(out), ptr<const T>(gate_up), n, F);
+    constexpr int kV = kVec<T>;
+    if (F % kV == 0 && vec16_aligned(ptr<T>(out), ptr<const T>(gate_up))) {
+      swiglu_forward_kernel<T, kV><<<grid_for(n / kV, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<const T>(gate_up), n / kV, F);
+    } else {
+      swiglu_forward_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<const T>(gate_up), n, F);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -89,8 +136,14 @@ void swiglu_backward(Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up
   DeviceGuard guard(gate_up.device());
   dispatch_compute(gate_up.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    swiglu_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
-        ptr<T>(dgate_up), ptr<const T>(dout), ptr<const T>(gate_up), n, F);
+    constexpr int kV = kVec<T>;
+    if (F % kV == 0 && vec16_aligned(ptr<T>(dgate_up), ptr<const T>(dout), ptr<const T>(gate_up))) {
+      swiglu_backward_kernel<T, kV><<<grid_for(n / kV, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(dgate_up), ptr<const T>(dout), ptr<const T>(gate_up), n / kV, F);
+    } else {
+      swiglu_backward_kernel<T, 1><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(dgate_up), ptr<const T>(dout), ptr<const T>(gate_up), n, F);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

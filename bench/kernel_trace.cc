@@ -1,0 +1,206 @@
+// CUPTI activity tracing for the benchmarks (see kernel_trace.h).
+#include "kernel_trace.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+#if ZT_BENCH_CUPTI
+#include <cupti.h>
+#endif
+
+namespace zt::bench {
+namespace {
+
+// "void zt::kernels::cuda::(anonymous namespace)::rmsnorm_fwd<__nv_bfloat16, 8>(...)" ->
+// "rmsnorm_fwd<__nv_bfloat16, 8>": the function's own name with its template arguments, which
+// tell the variants apart; cuBLAS's and other libraries' plain symbols stay as they are.
+std::string short_name(const char* mangled) {
+  if (mangled == nullptr) return "?";
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string s = status == 0 && demangled != nullptr ? demangled : mangled;
+  std::free(demangled);
+  // "(anonymous namespace)::" would read as a parameter list below.
+  for (size_t at; (at = s.find("(anonymous namespace)::")) != std::string::npos;) {
+    s.erase(at, sizeof("(anonymous namespace)::") - 1);
+  }
+  // Cut the parameter list: the last '(' at template depth 0.
+  int depth = 0;
+  size_t cut = s.size();
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>') --depth;
+    if (s[i] == '(' && depth == 0 && i > 0) {
+      cut = i;
+      break;
+    }
+  }
+  s.resize(cut);
+  // Drop the return type and the namespaces: after the last "::" or ' ' at depth 0.
+  depth = 0;
+  size_t begin = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<') ++depth;
+    if (s[i] == '>') --depth;
+    if (depth == 0 && s[i] == ' ') begin = i + 1;
+    if (depth == 0 && s[i] == ':' && i + 1 < s.size() && s[i + 1] == ':') begin = i + 2;
+  }
+  s = s.substr(begin);
+  if (s.size() > 96) s = s.substr(0, 93) + "...";
+  return s;
+}
+
+struct Totals {
+  std::mutex mu;
+  std::map<std::string, KernelTotal> by_name;
+  std::map<const char*, std::string> names;  // CUPTI's name pointers stay valid: cache them
+  void add(const char* raw, uint64_t start, uint64_t end) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = names.find(raw);
+    if (it == names.end()) it = names.emplace(raw, short_name(raw)).first;
+    KernelTotal& t = by_name[it->second];
+    t.name = it->second;
+    t.ms += static_cast<double>(end - start) * 1e-6;
+    ++t.count;
+  }
+};
+Totals& totals() {
+  static Totals t;
+  return t;
+}
+
+#if ZT_BENCH_CUPTI
+constexpr size_t kBufferBytes = 8u << 20;
+
+void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = kBufferBytes;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  CUpti_Activity* record = nullptr;
+  while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    switch (record->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        auto* k = reinterpret_cast<CUpti_ActivityKernel10*>(record);
+        totals().add(k->name, k->start, k->end);
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
+        static const char* kMemcpy = "[memcpy]";
+        totals().add(kMemcpy, m->start, m->end);
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(record);
+        static const char* kMemset = "[memset]";
+        totals().add(kMemset, m->start, m->end);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  std::free(buffer);
+}
+
+bool cupti_ok(CUptiResult r, const char* what) {
+  if (r == CUPTI_SUCCESS) return true;
+  const char* msg = "?";
+  cuptiGetResultString(r, &msg);
+  std::fprintf(stderr, "kernel trace: %s failed: %s\n", what, msg);
+  return false;
+}
+
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                         CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+#endif
+
+}  // namespace
+
+bool KernelTrace::start() {
+#if ZT_BENCH_CUPTI
+  {
+    std::lock_guard<std::mutex> lock(totals().mu);
+    totals().by_name.clear();
+  }
+  if (!cupti_ok(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
+                "cuptiActivityRegisterCallbacks")) {
+    return false;
+  }
+  for (CUpti_ActivityKind k : kKinds) {
+    if (!cupti_ok(cuptiActivityEnable(k), "cuptiActivityEnable")) return false;
+  }
+  return true;
+#else
+  std::fprintf(stderr, "kernel trace: this build has no CUDA (CUPTI)\n");
+  return false;
+#endif
+}
+
+std::vector<KernelTotal> KernelTrace::stop() {
+#if ZT_BENCH_CUPTI
+  cupti_ok(cuptiActivityFlushAll(1), "cuptiActivityFlushAll");
+  for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
+#endif
+  std::vector<KernelTotal> out;
+  {
+    std::lock_guard<std::mutex> lock(totals().mu);
+    for (auto& [name, t] : totals().by_name) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const KernelTotal& a, const KernelTotal& b) { return a.ms > b.ms; });
+  return out;
+}
+
+nlohmann::json kernel_totals_json(const std::vector<KernelTotal>& totals, int steps, int top) {
+  nlohmann::json rows = nlohmann::json::array();
+  double rest_ms = 0;
+  int64_t rest_count = 0;
+  for (size_t i = 0; i < totals.size(); ++i) {
+    if (static_cast<int>(i) < top) {
+      rows.push_back({{"name", totals[i].name},
+                      {"ms_per_step", totals[i].ms / steps},
+                      {"launches_per_step", static_cast<double>(totals[i].count) / steps}});
+    } else {
+      rest_ms += totals[i].ms;
+      rest_count += totals[i].count;
+    }
+  }
+  if (rest_count > 0) {
+    rows.push_back({{"name", "(the rest)"},
+                    {"ms_per_step", rest_ms / steps},
+                    {"launches_per_step", static_cast<double>(rest_count) / steps}});
+  }
+  return rows;
+}
+
+void kernel_totals_print(const std::vector<KernelTotal>& totals, int steps, int top,
+                         double step_ms) {
+  double all = 0;
+  int64_t launches = 0;
+  for (const KernelTotal& t : totals) {
+    all += t.ms;
+    launches += t.count;
+  }
+  std::fprintf(stderr,
+               "kernel trace: %.2f ms of GPU work per step in %.0f launches (step %.2f ms, busy "
+               "%.1f%%)\n",
+               all / steps, static_cast<double>(launches) / steps, step_ms,
+               step_ms > 0 ? 100.0 * all / steps / step_ms : 0.0);
+  for (size_t i = 0; i < totals.size() && static_cast<int>(i) < top; ++i) {
+    std::fprintf(stderr, "  %8.3f ms %5.1f%% %6.0fx  %s\n", totals[i].ms / steps,
+                 all > 0 ? 100.0 * totals[i].ms / all : 0.0,
+                 static_cast<double>(totals[i].count) / steps, totals[i].name.c_str());
+  }
+}
+
+}  // namespace zt::bench
