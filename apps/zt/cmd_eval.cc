@@ -11,6 +11,7 @@
 #include "model_args.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/core/file_io.h"
+#include "zt/core/log.h"
 #include "zt/data/jsonl_dataset.h"
 #include "zt/data/jsonl_examples.h"
 #include "zt/data/token_file.h"
@@ -24,7 +25,9 @@ constexpr const char* kUsage = R"(Usage: zt eval --model DIR|NAME --data FILE [o
 
 Prints the mean loss over every counted token of FILE and its perplexity. FILE is a token file
 (cut into windows of --seq-len tokens, labels = inputs) or JSON Lines with `input_ids` and
-optionally `labels` (-100: not counted), `attention_mask`, `token_type_ids`. --task causal
+optionally `labels` (-100: not counted), `attention_mask`, `token_type_ids`, or with `text`
+(causal models: tokenized by --tokenizer or the model's tokenizer.json with its special
+tokens, labels = inputs). --task causal
 (default for decoders) predicts each next token; --task mlm (BERT) the labelled positions.
 
 Options:
@@ -54,6 +57,14 @@ std::vector<FlagSpec> flags() {
                         {"--help", FlagKind::kSwitch, "this help"},
                     });
   return f;
+}
+
+// Whether the first record of a JSON Lines file has a `text` key (and no `input_ids`).
+bool jsonl_first_has_text(const std::string& path) {
+  auto f = JsonlFile::open(path);
+  if (!f || f->size() == 0) return false;
+  auto row = f->parse(0);
+  return row && row->contains("text") && !row->contains("input_ids");
 }
 
 Result<std::vector<TokenExample>> token_file_windows(const std::string& path, int64_t seq,
@@ -213,6 +224,38 @@ int cmd_eval(const Args& args) {
     }
     examples = std::move(ex);
     task = nn::Task::kCausalLM;
+  } else if (jsonl_looks_like(*data) && jsonl_first_has_text(*data)) {
+    // `text` records through the tokenizer, as transformers evaluates tokenizer(text): the ids
+    // with the tokenizer's own special tokens, labels = inputs, no end-of-text appended.
+    if (task == nn::Task::kMaskedLM) {
+      return fail(invalid_argument(
+          "{}: `text` records carry no labels for masked-LM evaluation; give `input_ids` with "
+          "`labels`, or evaluate during training with zt train --task mlm --eval-data {}",
+          *data, *data));
+    }
+    auto tok = model_tokenizer(a, m->choice, c.vocab_size);
+    if (!tok) return fail(tok.status());
+    auto seq = parse_int("--seq-len", a.get("--seq-len").value_or(std::to_string(c.max_positions)), 2);
+    if (!seq) return fail(seq.status());
+    JsonlDatasetOptions o;
+    o.format = JsonlFormat::kText;
+    o.seq_len = *seq;
+    o.text_eos = false;
+    o.order = SampleOrder::kSequential;
+    o.vocab_size = c.vocab_size;
+    auto ds = JsonlDataset::open(*data, *tok, o);
+    if (!ds) return fail(ds.status());
+    if (ds->truncated() > 0) {
+      ZT_LOG_WARN("{}: {} record(s) longer than --seq-len {} were cut from the right", *data,
+                  ds->truncated(), *seq);
+    }
+    std::vector<TokenExample> ex;
+    for (int64_t i = 0; i < ds->size(); ++i) {
+      auto e = ds->example(i);
+      if (!e) return fail(e.status());
+      for (TokenExample& t : e->sequences) ex.push_back(std::move(t));
+    }
+    examples = std::move(ex);
   } else if (jsonl_looks_like(*data)) {
     examples = jsonl_examples_read(*data, c.vocab_size);
   } else {

@@ -132,7 +132,23 @@ expect_error() {
   echo "ok: $what"
 }
 echo '{"text": "hello"}' >"$tmp/text.jsonl"
-expect_error "text rows need a tokenizer" "text.jsonl:1" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/text.jsonl" --device cpu
+expect_error "text rows need a tokenizer" "no tokenizer.json" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/text.jsonl" --device cpu
+# `text` rows through a tokenizer evaluate as the ids it makes: the byte tokenizer's ids are the
+# UTF-8 bytes (written here by Python), so both files must give the same loss over as many tokens.
+printf '{"text": "hello world, a longer line"}\n{"text": "s\\u00e9cond \\u2603"}\n' >"$tmp/text2.jsonl"
+python3 - "$tmp/text2.jsonl" >"$tmp/bytes2.jsonl" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    print(json.dumps({"input_ids": list(json.loads(line)["text"].encode("utf-8"))}))
+PY
+"$zt" eval --model "$fx/llama" --tokenizer bytes --data "$tmp/text2.jsonl" --device cpu --metrics-out "$tmp/et.json" >/dev/null 2>&1
+"$zt" eval --model "$fx/llama" --data "$tmp/bytes2.jsonl" --device cpu --metrics-out "$tmp/eb.json" >/dev/null 2>&1
+if python3 - "$tmp/et.json" "$tmp/eb.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["tokens"] == b["tokens"] > 20 and a["loss"] == b["loss"], (a, b)
+PY
+then echo "ok: text rows evaluate as their tokenizer's ids"; else echo "FAIL: text rows vs ids"; fails=$((fails+1)); fi
 printf '{"input_ids": [1, 2]}\n{"input_ids": [1, 999]}\n' >"$tmp/big.jsonl"
 expect_error "an id past the vocabulary names the line" "big.jsonl:2" -- "$zt" eval --model "$fx/gpt2" --data "$tmp/big.jsonl" --device cpu
 printf '{"input_ids": [1, 2], "labels": [1]}\n' >"$tmp/len.jsonl"
