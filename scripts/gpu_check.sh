@@ -339,6 +339,8 @@ lb_plan=("zt llama-8b 1 16 1" "eager llama-8b 1 16 1" "compile llama-8b 1 16 1"
   "zt llama-1b 4 0 1" "eager llama-1b 4 0 1" "zt llama-1b 4 0 0" "eager llama-1b 4 0 0"
   "zt llama-8b 1 16 0" "eager llama-8b 1 16 0" "zt llama-8b 2 16 1" "eager llama-8b 2 16 1"
   "compile llama-1b 4 0 1" "compile llama-1b 4 0 0" "compile llama-8b 2 16 0")
+# ZT_LB_PLAN="zt llama-8b 1 16 0;eager llama-8b 1 16 0": another list of runs, ';'-separated.
+if [ -n "${ZT_LB_PLAN:-}" ]; then IFS=';' read -r -a lb_plan <<<"$ZT_LB_PLAN"; fi
 for lb_p in "${lb_plan[@]}"; do
   read -r lb_i lb_m lb_b lb_r lb_k <<<"$lb_p"
   lb_tag=${lb_m}_b${lb_b}_r${lb_r}_ckpt${lb_k}

@@ -1,7 +1,7 @@
-// CUDA kernels behind LoRA adapters and frozen weights against the CPU reference: cols_add,
-// cols_copy and dropout_apply bit-exact in f32, bf16 and f16 (the CPU runs the same dtype; the
-// dropout masks are identical, also past one grid-stride pass and for a seed with its high bits
-// set); and the backward of matmul, layernorm and rmsnorm with undefined (frozen) parameter
+// CUDA kernels behind LoRA adapters and frozen weights against the CPU reference: the column-block
+// GEMMs (matmul_cols_forward/backward); dropout_apply bit-exact in f32, bf16 and f16 (the CPU runs
+// the same dtype; the dropout masks are identical, also past one grid-stride pass and for a seed
+// with its high bits set); and the backward of matmul, layernorm and rmsnorm with undefined (frozen) parameter
 // gradients: din bit-exact as with them and close to the CPU's, the gradients still given as on
 // the CPU, and a layernorm row wider than the default shared memory (which the frozen kernel does
 // not use).
@@ -36,30 +36,6 @@ Tensor to_cpu_dtype(const Tensor& t, DType dtype) {
   return r;
 }
 
-TEST(LoraOpsCuda, ColsAddAndCopyMatchCpuBitExact) {
-  ZT_SKIP_WITHOUT_CUDA();
-  const int64_t rows = 301, wide = 3 * 67, narrow = 67;  // the k block of a fused [q | k | v]
-  const float alpha = 0.3f;                              // inexact: CPU and GPU must round alike
-  Tensor out0 = random_tensor({rows, wide}, DType::f32, 2101);
-  Tensor in0 = random_tensor({rows, narrow}, DType::f32, 2102);
-  for (const DtypeCase& d : kComputeDtypes) {
-    SCOPED_TRACE(d.name);
-    Tensor out = to_cpu_dtype(out0, d.dtype);
-    Tensor in = to_cpu_dtype(in0, d.dtype);
-    Tensor out_d = to_cuda(out, d.dtype);
-    Tensor in_d = to_cuda(in, d.dtype);
-    kernels::cols_add(out, in, narrow, alpha);
-    kernels::cols_add(out_d, in_d, narrow, alpha);
-    expect_equal(values(out_d), values(out), "cols_add");
-
-    Tensor block = Tensor::empty({rows, narrow}, d.dtype);
-    Tensor block_d = Tensor::empty({rows, narrow}, d.dtype, Device::cuda(0));
-    kernels::cols_copy(block, out, 2 * narrow);
-    kernels::cols_copy(block_d, out_d, 2 * narrow);
-    expect_equal(values(block_d), values(block), "cols_copy");
-  }
-}
-
 TEST(LoraOpsCuda, DropoutMatchesCpuBitExact) {
   ZT_SKIP_WITHOUT_CUDA();
   // More elements than one pass of the largest grid (4096 blocks of 256 threads).
@@ -75,6 +51,44 @@ TEST(LoraOpsCuda, DropoutMatchesCpuBitExact) {
       kernels::dropout_apply(io_d, io_d, 0.3f, seed);
       expect_equal(values(io_d), values(out), "dropout");
     }
+  }
+}
+
+// The column-block GEMMs (a strided C, A read with a row stride) against the CPU's.
+TEST(LoraOpsCuda, MatmulColsMatchCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  const int64_t N = 37, K = 48, M = 80, Y = 208, col0 = 64;
+  const float alpha = 0.5f;
+  Tensor x = exact_tensor({N, K}, 2401);
+  Tensor w = exact_tensor({M, K}, 2402, 0.5);
+  Tensor wide = exact_tensor({N, Y}, 2403);
+  Tensor out_ref = wide.clone();
+  kernels::matmul_cols_forward(out_ref, x, w, col0, alpha);
+  Tensor din0 = exact_tensor({N, K}, 2404);
+  Tensor din_ref = din0.clone();
+  Tensor dw_ref = Tensor::zeros({M, K}, DType::f32);
+  kernels::matmul_cols_backward(&din_ref, dw_ref, wide, col0, alpha, x, w, true);
+  for (const DtypeCase& d : kComputeDtypes) {
+    SCOPED_TRACE(d.name);
+    Tensor out_d = to_cuda(wide, d.dtype);
+    kernels::matmul_cols_forward(out_d, to_cuda(x, d.dtype), to_cuda(w, d.dtype), col0, alpha);
+    expect_close(values(out_d), values(out_ref), 2 * d.rtol * std::sqrt(double(K)), 2 * d.rtol,
+                 "out");
+    // Columns outside the block are untouched, bit for bit.
+    const std::vector<double> got = values(out_d), before = values(to_cuda(wide, d.dtype));
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t j = 0; j < Y; ++j) {
+        if (j >= col0 && j < col0 + M) continue;
+        ASSERT_EQ(got[i * Y + j], before[i * Y + j]) << "row " << i << " column " << j;
+      }
+    }
+    Tensor din_d = to_cuda(din0, d.dtype);
+    Tensor dw_d = Tensor::zeros({M, K}, DType::f32, Device::cuda(0));
+    kernels::matmul_cols_backward(&din_d, dw_d, to_cuda(wide, d.dtype), col0, alpha,
+                                  to_cuda(x, d.dtype), to_cuda(w, d.dtype), true);
+    expect_close(values(din_d), values(din_ref), 4 * d.rtol * std::sqrt(double(M)), 2 * d.rtol,
+                 "din");
+    expect_close(values(dw_d), values(dw_ref), 1e-2 * std::sqrt(double(N)), 1e-4, "dweight");
   }
 }
 

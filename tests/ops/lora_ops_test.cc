@@ -1,6 +1,5 @@
-// Tests of the CPU kernels behind LoRA adapters and frozen weights: cols_add and cols_copy
-// (kernels/cpu/column_block.cc) against plain loops, on odd shapes, every float dtype and both
-// edge blocks; dropout_apply (kernels/cpu/dropout.cc): the drop fraction and the independence of
+// Tests of the CPU kernels behind LoRA adapters and frozen weights: the column-block GEMMs
+// (matmul_cols_forward/backward) against plain loops, on odd shapes and both edge blocks; dropout_apply (kernels/cpu/dropout.cc): the drop fraction and the independence of
 // neighbouring draws within statistical bounds over 1e6 elements, the 1 / (1 - p) scale,
 // determinism, different seeds, in-place use, p = 0, and its backward (the op reapplied to the
 // gradient) against finite differences; and the backward of matmul, layernorm and rmsnorm with
@@ -45,81 +44,56 @@ void expect_equal(const std::vector<double>& actual, const std::vector<double>& 
   }
 }
 
-// ---- column blocks: a wide (2, 3, 37) matrix, blocks of 11 columns viewed as (6, 11).
-constexpr int64_t kRows = 6, kWide = 37, kNarrow = 11;
-constexpr int64_t kCol0s[] = {0, 13, kWide - kNarrow};
-
-TEST(ColsAdd, AddsIntoTheBlockAndLeavesOtherColumns) {
-  const float alpha = -0.75f;  // alpha * (k/64) + k'/64 is exact in f32
-  for (DType dt : kFloatDtypes) {
-    for (int64_t col0 : kCol0s) {
+// matmul_cols_forward / matmul_cols_backward against plain f64 loops: the block [col0, col0+M) of
+// a wide (N, Y) matrix, the other columns untouched, din written or accumulated.
+TEST(MatmulCols, ForwardAndBackwardEqualPlainLoops) {
+  constexpr int64_t N = 7, K = 5, M = 11, Y = 29;
+  const float alpha = 0.625f;
+  for (DType dt : {DType::f32, DType::f64}) {
+    for (int64_t col0 : {int64_t{0}, int64_t{9}, Y - M}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " col0 " + std::to_string(col0));
-      Tensor out = exact_tensor({2, 3, kWide}, dt, 11);
-      Tensor in = exact_tensor({kRows, kNarrow}, dt, 12);
-      std::vector<double> expected = out.to_doubles();
-      const std::vector<double> x = in.to_doubles();
-      for (int64_t i = 0; i < kRows; ++i) {
-        for (int64_t j = 0; j < kNarrow; ++j) {
-          expected[i * kWide + col0 + j] += double{alpha} * x[i * kNarrow + j];
+      Tensor x = exact_tensor({N, K}, dt, 31);
+      Tensor w = exact_tensor({M, K}, dt, 32);
+      Tensor wide = exact_tensor({N, Y}, dt, 33);
+      const std::vector<double> xv = x.to_doubles(), wv = w.to_doubles(), yv = wide.to_doubles();
+      std::vector<double> fwd = yv;
+      for (int64_t i = 0; i < N; ++i) {
+        for (int64_t j = 0; j < M; ++j) {
+          double t = 0;
+          for (int64_t k = 0; k < K; ++k) t += xv[i * K + k] * wv[j * K + k];
+          fwd[i * Y + col0 + j] += double{alpha} * t;
         }
       }
-      // The exact sum rounded once to the dtype.
-      expected = Tensor::from_doubles(expected, out.shape(), dt).to_doubles();
-      kernels::cols_add(out, in, col0, alpha);
-      expect_equal(out.to_doubles(), expected, "cols_add");
-    }
-  }
-}
-
-TEST(ColsAdd, F64KeepsF64Precision) {
-  Tensor out = random_tensor({kRows, kWide}, DType::f64, 13);
-  Tensor in = random_tensor({kRows, kNarrow}, DType::f64, 14);
-  std::vector<double> expected = out.to_doubles();
-  const std::vector<double> x = in.to_doubles();
-  const float alpha = 0.3f;
-  for (int64_t i = 0; i < kRows; ++i) {
-    for (int64_t j = 0; j < kNarrow; ++j)
-      expected[i * kWide + 5 + j] += double{alpha} * x[i * kNarrow + j];
-  }
-  kernels::cols_add(out, in, 5, alpha);
-  expect_close(out.to_doubles(), expected, 1e-15, 1e-15, "cols_add f64");
-}
-
-TEST(ColsCopy, CopiesTheBlock) {
-  for (DType dt : kFloatDtypes) {
-    for (int64_t col0 : kCol0s) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " col0 " + std::to_string(col0));
-      Tensor in = random_tensor({2, 3, kWide}, dt, 21);
-      Tensor out = random_tensor({kRows, kNarrow}, dt, 22);  // garbage: out is written
-      const std::vector<double> x = in.to_doubles();
-      std::vector<double> expected(kRows * kNarrow);
-      for (int64_t i = 0; i < kRows; ++i) {
-        for (int64_t j = 0; j < kNarrow; ++j) expected[i * kNarrow + j] = x[i * kWide + col0 + j];
+      Tensor out = wide.clone();
+      kernels::matmul_cols_forward(out, x, w, col0, alpha);
+      expect_close(out.to_doubles(), fwd, 1e-6, 1e-6, "matmul_cols_forward");
+      // Backward with the wide matrix as dout.
+      std::vector<double> din(N * K, 0.0), dw(M * K, 0.0);
+      for (int64_t i = 0; i < N; ++i) {
+        for (int64_t j = 0; j < M; ++j) {
+          const double g = double{alpha} * yv[i * Y + col0 + j];
+          for (int64_t k = 0; k < K; ++k) {
+            din[i * K + k] += g * wv[j * K + k];
+            dw[j * K + k] += g * xv[i * K + k];
+          }
+        }
       }
-      kernels::cols_copy(out, in, col0);
-      expect_equal(out.to_doubles(), expected, "cols_copy");
+      Tensor din_t = exact_tensor({N, K}, dt, 34);  // accumulated into
+      const std::vector<double> din0 = din_t.to_doubles();
+      Tensor dw_t = exact_tensor({M, K}, dt, 35);
+      const std::vector<double> dw0 = dw_t.to_doubles();
+      kernels::matmul_cols_backward(&din_t, dw_t, wide, col0, alpha, x, w, true);
+      std::vector<double> din_acc = din, dw_acc = dw;
+      for (size_t i = 0; i < din.size(); ++i) din_acc[i] += din0[i];
+      for (size_t i = 0; i < dw.size(); ++i) dw_acc[i] += dw0[i];
+      expect_close(din_t.to_doubles(), din_acc, 1e-6, 1e-6, "din accumulated");
+      expect_close(dw_t.to_doubles(), dw_acc, 1e-6, 1e-6, "dweight");
+      Tensor din_w = exact_tensor({N, K}, dt, 36);
+      Tensor frozen;
+      kernels::matmul_cols_backward(&din_w, frozen, wide, col0, alpha, x, w, false);
+      expect_close(din_w.to_doubles(), din, 1e-6, 1e-6, "din written");
     }
   }
-}
-
-TEST(ColsCopy, IsTheTransposeOfColsAdd) {
-  // <cols_add(0, in), w> = <in, cols_copy(w)>: the adjoint pair a LoRA forward/backward relies on.
-  Tensor in = random_tensor({kRows, kNarrow}, DType::f64, 31);
-  Tensor w = random_tensor({kRows, kWide}, DType::f64, 32);
-  Tensor wide = Tensor::zeros({kRows, kWide}, DType::f64);
-  Tensor narrow = Tensor::empty({kRows, kNarrow}, DType::f64);
-  kernels::cols_add(wide, in, 13, 1.0f);
-  kernels::cols_copy(narrow, w, 13);
-  EXPECT_NEAR(weighted_sum(wide, w.to_doubles()), weighted_sum(in, narrow.to_doubles()), 1e-13);
-}
-
-TEST(ColsOpsDeathTest, BlockPastTheLastColumn) {
-  Tensor out = Tensor::zeros({kRows, kWide}, DType::f32);
-  Tensor in = Tensor::zeros({kRows, kNarrow}, DType::f32);
-  EXPECT_DEATH(kernels::cols_add(out, in, kWide - kNarrow + 1, 1.0f),
-               "cols_add: columns \\[27, 38\\) of the block");
-  Tensor other_rows = Tensor::zeros({kRows + 1, kNarrow}, DType::f32);
-  EXPECT_DEATH(kernels::cols_copy(other_rows, out, 0), "cols_copy: .* has 6 rows of 37");
 }
 
 // ---- dropout

@@ -1,4 +1,4 @@
-// Element access for the CPU ops that take every float dtype (elementwise.cc, column_block.cc,
+// Element access for the CPU ops that take every float dtype (elementwise.cc,
 // dropout.cc): a visit over f32, f64, bf16 and f16, and loads and stores through the arithmetic
 // type, f64 for f64 tensors and f32 otherwise, as the CUDA kernels compute. 16-bit values are
 // converted through zt/core/half.h (round to nearest even).

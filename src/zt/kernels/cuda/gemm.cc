@@ -83,15 +83,19 @@ cudaDataType_t cuda_type(DType d) {
   return CUDA_R_32F;
 }
 
-// Largest power of two (<= 256) dividing the address of every matrix of the batch: cuBLASLt's
-// heuristic assumes 256-byte alignment unless told otherwise.
-uint32_t alignment(const void* p, int64_t stride_elems, DType d, int64_t batch) {
+// Largest power of two (<= 256) dividing the address of every matrix of the batch and of every
+// row (ld elements apart): cuBLASLt's heuristic assumes 256-byte alignment unless told otherwise.
+uint32_t alignment(const void* p, int64_t stride_elems, DType d, int64_t batch, int64_t ld) {
   uintptr_t v = reinterpret_cast<uintptr_t>(p);
   if (batch > 1) v |= static_cast<uintptr_t>(stride_elems) * dtype_size(d);
+  v |= static_cast<uintptr_t>(ld) * dtype_size(d);
   uint32_t a = 256;
   while (a > 1 && (v % a) != 0) a >>= 1;
   return a;
 }
+
+// C's row stride: ldc, or its row length (cols) when contiguous.
+int64_t ldc_of(const GemmArgs& g) { return g.ldc > 0 ? g.ldc : g.cols; }
 
 cublasOperation_t op_of(Transpose t) {
   return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -119,7 +123,7 @@ LtProblem lt_problem(const GemmArgs& g) {
   p.n = static_cast<uint64_t>(g.rows);
   p.k = static_cast<uint64_t>(g.inner);
   // Row-major B is (inner x cols), or (cols x inner) when transposed.
-  const int64_t ldb = g.trans_b == Transpose::kNo ? g.cols : g.inner;
+  const int64_t ldb = g.ldb > 0 ? g.ldb : (g.trans_b == Transpose::kNo ? g.cols : g.inner);
   p.first = {g.b,
              op_of(g.trans_b),
              g.trans_b == Transpose::kNo ? p.m : p.k,
@@ -127,7 +131,7 @@ LtProblem lt_problem(const GemmArgs& g) {
              ldb,
              g.stride_b};
   // Row-major A is (rows x inner), or (inner x rows) when transposed.
-  const int64_t lda = g.trans_a == Transpose::kNo ? g.inner : g.rows;
+  const int64_t lda = g.lda > 0 ? g.lda : (g.trans_a == Transpose::kNo ? g.inner : g.rows);
   p.second = {g.a,
               op_of(g.trans_a),
               g.trans_a == Transpose::kNo ? p.k : p.n,
@@ -180,16 +184,18 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
   cublasLtMatrixLayout_t lb =
       make_layout(ab, p.second.rows, p.second.cols, p.second.ld, g.batch, p.second.stride);
   cublasLtMatrixLayout_t lc =
-      make_layout(c, p.m, p.n, static_cast<int64_t>(p.m), g.batch, g.stride_c);
+      make_layout(c, p.m, p.n, ldc_of(g), g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws_bytes = kWorkspaceBytes;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
-  const uint32_t align_a = alignment(p.first.data, p.first.stride, g.ab_dtype, g.batch);
-  const uint32_t align_b = alignment(p.second.data, p.second.stride, g.ab_dtype, g.batch);
-  const uint32_t align_c = alignment(g.c, g.stride_c, g.c_dtype, g.batch);
+  const uint32_t align_a =
+      alignment(p.first.data, p.first.stride, g.ab_dtype, g.batch, p.first.ld);
+  const uint32_t align_b =
+      alignment(p.second.data, p.second.stride, g.ab_dtype, g.batch, p.second.ld);
+  const uint32_t align_c = alignment(g.c, g.stride_c, g.c_dtype, g.batch, ldc_of(g));
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -232,7 +238,7 @@ void gemm_blas(const GemmArgs& g, const LtProblem& p, cudaStream_t stream) {
       static_cast<int>(p.k), &g.alpha, p.first.data, cuda_type(g.ab_dtype),
       static_cast<int>(p.first.ld), p.first.stride, p.second.data, cuda_type(g.ab_dtype),
       static_cast<int>(p.second.ld), p.second.stride, &g.beta, g.c, cuda_type(g.c_dtype),
-      static_cast<int>(p.m), g.stride_c, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
+      static_cast<int>(ldc_of(g)), g.stride_c, static_cast<int>(g.batch), CUBLAS_COMPUTE_32F,
       CUBLAS_GEMM_DEFAULT));
 }
 
@@ -245,6 +251,8 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
   ZT_ASSERT(g.ab_dtype == g.c_dtype || g.c_dtype == DType::f32,
             "gemm: C is {} with A/B {}; C must be the A/B dtype or f32", dtype_name(g.c_dtype),
             dtype_name(g.ab_dtype));
+  ZT_ASSERT((g.lda == 0 && g.ldb == 0 && g.ldc == 0) || (g.batch == 1 && g.bias == nullptr),
+            "gemm: row strides only for unbatched GEMMs without a bias");
   if (g.rows == 0 || g.cols == 0) return;
   const LtProblem p = lt_problem(g);
   if (g.bias != nullptr && gemm_lt(g, p, Epilogue::kBias, stream)) return;

@@ -49,6 +49,11 @@ struct GemmArgs {
   float alpha = 1.0f;
   float beta = 0.0f;
   const void* bias = nullptr;
+  // Row strides (elements between consecutive rows) of A, B and C as stored; 0: contiguous (the
+  // stored row length). A larger one reads or writes a column block of a wider matrix.
+  int64_t lda = 0;
+  int64_t ldb = 0;
+  int64_t ldc = 0;
 };
 
 // Runs the GEMM on `stream` of the current device: cuBLASLt with the bias epilogue; when cuBLASLt

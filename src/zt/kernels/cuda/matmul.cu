@@ -160,4 +160,93 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   }
 }
 
+// (N, K, M, Y) of a column-block matmul: in (N,K), weight (M,K), wide (N,Y), col0 + M <= Y.
+namespace {
+struct ColsDims {
+  int64_t N, K, M, Y;
+};
+ColsDims cols_dims(const Tensor& in, const Tensor& weight, const Tensor& wide, int64_t col0,
+                   const char* op, const char* wide_name) {
+  const int64_t M = weight.size(0), K = weight.size(1);
+  const int64_t N = in.numel() / K;
+  check_dtype(wide, in.dtype(), op, wide_name);
+  check_same_device(in, wide, op);
+  const int64_t Y = wide.ndim() >= 1 ? wide.size(-1) : 0;
+  ZT_ASSERT(Y > 0 && wide.numel() == N * Y, "{}: {} {} is not (N, Y) with N = {}", op, wide_name,
+            wide.shape().str(), N);
+  ZT_ASSERT(col0 >= 0 && col0 + M <= Y, "{}: columns [{}, {}) are outside {} {}", op, col0,
+            col0 + M, wide_name, wide.shape().str());
+  return {N, K, M, Y};
+}
+}  // namespace
+
+void matmul_cols_forward(Tensor& out, const Tensor& in, const Tensor& weight, int64_t col0,
+                         float alpha, const Stream& s) {
+  const char* op = "matmul_cols_forward";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const ColsDims d = cols_dims(in, weight, out, col0, op, "out");
+  DeviceGuard guard(in.device());
+  GemmArgs g;  // out[:, col0:col0+M] (row stride Y) = alpha in @ weight^T + 1 * itself
+  g.rows = d.N;
+  g.cols = d.M;
+  g.inner = d.K;
+  g.a = in.data();
+  g.b = weight.data();
+  g.trans_b = Transpose::kYes;
+  g.c = static_cast<char*>(out.data()) + col0 * static_cast<int64_t>(dtype_size(dt));
+  g.ldc = d.Y;
+  g.ab_dtype = dt;
+  g.c_dtype = dt;
+  g.alpha = alpha;
+  g.beta = 1.0f;
+  gemm(g, stream_of(s));
+}
+
+void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int64_t col0,
+                          float alpha, const Tensor& in, const Tensor& weight, bool din_accumulate,
+                          const Stream& s) {
+  const char* op = "matmul_cols_backward";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const ColsDims d = cols_dims(in, weight, dout, col0, op, "dout");
+  const void* block = static_cast<const char*>(dout.data()) +
+                      col0 * static_cast<int64_t>(dtype_size(dt));
+  DeviceGuard guard(in.device());
+  const cudaStream_t stream = stream_of(s);
+  if (din != nullptr) {
+    check_dtype(*din, dt, op, "din");
+    check_numel(*din, d.N * d.K, op, "din");
+    GemmArgs g;  // din (N,K) (+)= alpha block (N,M; row stride Y) @ weight (M,K)
+    g.rows = d.N;
+    g.cols = d.K;
+    g.inner = d.M;
+    g.a = block;
+    g.lda = d.Y;
+    g.b = weight.data();
+    g.c = din->data();
+    g.ab_dtype = dt;
+    g.c_dtype = dt;
+    g.alpha = alpha;
+    g.beta = din_accumulate ? 1.0f : 0.0f;
+    gemm(g, stream);
+  }
+  if (dweight.defined()) {
+    check_dtype(dweight, DType::f32, op, "dweight");
+    check_numel(dweight, d.M * d.K, op, "dweight");
+    GemmArgs g;  // dweight (M,K) += alpha block^T (M,N) @ in (N,K)
+    g.rows = d.M;
+    g.cols = d.K;
+    g.inner = d.N;
+    g.a = block;
+    g.trans_a = Transpose::kYes;
+    g.lda = d.Y;
+    g.b = in.data();
+    g.c = dweight.data();
+    g.ab_dtype = dt;
+    g.c_dtype = DType::f32;
+    g.alpha = alpha;
+    g.beta = 1.0f;
+    if (d.N > 0) gemm(g, stream);
+  }
+}
+
 }  // namespace zt::kernels::cuda

@@ -34,9 +34,8 @@ Tensor Linear::forward(Context& ctx, const Tensor& x) const {
     const Tensor h = adapter_input(ctx, a, x2);
     Tensor u = Tensor::empty({N, a.a->shape[0]}, ctx.compute_dtype, ctx.device, ctx.stream);
     kernels::matmul_forward(u, h, a.a->value, nullptr, ctx.stream);
-    Tensor v = Tensor::empty({N, a.rows}, ctx.compute_dtype, ctx.device, ctx.stream);
-    kernels::matmul_forward(v, u, a.b->value, nullptr, ctx.stream);
-    kernels::cols_add(y, v, a.row0, a.scale, ctx.stream);
+    // y[:, rows] += scale u B^T, straight into the block of the fused output.
+    kernels::matmul_cols_forward(y, u, a.b->value, a.row0, a.scale, ctx.stream);
   }
   return y;
 }
@@ -53,27 +52,28 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
                            bias_ != nullptr && bias_->grad.defined() ? &bias_->grad : nullptr,
                            dout2, x2, weight_->value, s);
   for (const LoraAdapter& a : adapters_) {
-    // g = scale * dout[:, rows]; u = h A^T (recomputed: r values a row);
-    // dB += g^T u, du = g B; dA += du^T h, dx += dropout(du A).
-    Tensor g = Tensor::empty({N, a.rows}, dout2.dtype(), ctx.device, s);
-    kernels::cols_copy(g, dout2, a.row0, s);
-    kernels::scale_inplace(g, a.scale, s);
+    // With g = scale * dout[:, rows] (read in place, never copied) and u = h A^T (recomputed:
+    // r values a row): du = g B, dB += g^T u; dA += du^T h, dx += dropout(du A).
     const Tensor h = adapter_input(ctx, a, x2);
     const int64_t r = a.a->shape[0];
     Tensor u = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
     kernels::matmul_forward(u, h, a.a->value, nullptr, s);
     Tensor du = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
-    kernels::matmul_backward(&du, a.b->grad, nullptr, g, u, a.b->value, s);
+    kernels::matmul_cols_backward(&du, a.b->grad, dout2, a.row0, a.scale, u, a.b->value,
+                                  /*din_accumulate=*/false, s);
     if (din == nullptr) {
       kernels::matmul_backward(nullptr, a.a->grad, nullptr, du, h, a.a->value, s);
       continue;
     }
-    Tensor dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
-    kernels::matmul_backward(&dh, a.a->grad, nullptr, du, h, a.a->value, s);
     if (a.dropout > 0.0f && ctx.mode == Mode::kTrain) {
+      Tensor dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
+      kernels::matmul_backward(&dh, a.a->grad, nullptr, du, h, a.a->value, s);
       kernels::dropout_apply(dh, dh, a.dropout, ctx.dropout_seed ^ a.salt, s);
+      kernels::add_inplace(din2, dh, s);
+    } else {  // dx += du A, accumulated by the GEMM itself
+      kernels::matmul_cols_backward(&din2, a.a->grad, du, 0, 1.0f, h, a.a->value,
+                                    /*din_accumulate=*/true, s);
     }
-    kernels::add_inplace(din2, dh, s);
   }
 }
 
