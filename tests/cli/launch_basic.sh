@@ -94,11 +94,14 @@ printf 'localhost slots=2\n' >"$T/hf_local"
 printf 'worker-9 slots=2\n' >"$T/hf_remote"
 printf 'localhost slots=2\nthis is bad slots=1\n' >"$T/hf_bad"
 printf 'localhost slots=1\nlocalhost slots=2\n' >"$T/hf_dup"
-expect_error 2 "python -u -m" --module pkg.train
+expect_error 1 "cannot be used together" --num_procs 1 --module --no_python pkg.train
+expect_error 1 "not a Python module name" --num_procs 1 --module ./pkg/train.py
 expect_error 2 "unrecognized argument: --bogus" --bogus "$T/show.sh"
 expect_error 2 "PROGRAM" --num_procs 2
 expect_error 2 "multi-node" --no_ssh "$T/show.sh"
-expect_error 1 "not yet supported" --launcher slurm --num_procs 1 "$T/show.sh"
+if ! command -v srun >/dev/null 2>&1; then
+  expect_error 1 "needs srun (Debian package slurm-client)" --launcher slurm --num_procs 1 "$T/show.sh"
+fi
 expect_error 1 "Unknown launcher foo" --launcher foo --num_procs 1 "$T/show.sh"
 expect_error 1 "multi-node" -H "$T/hf_remote" "$T/show.sh"
 expect_error 1 "Hostfile contains a bad entry: this is bad slots=1" -H "$T/hf_bad" "$T/show.sh"

@@ -1,11 +1,16 @@
-// Parsing of the launcher environment (env.h). Precedence: RANK/WORLD_SIZE (set explicitly by a
-// launcher) over OMPI_COMM_WORLD_* over SLURM_*, so `zt launch --launcher slurm`, which sets RANK
-// itself inside an srun step, is read as the launcher meant. Empty variables count as unset.
+// Parsing of the launcher environment (env.h). Precedence: RANK (set explicitly by a launcher)
+// over OMPI_COMM_WORLD_* over MV2_COMM_WORLD_* over PMI_* (with MPICH's MPI_LOCALRANKID) over
+// SLURM_*, so a launcher that sets RANK itself inside an srun step is read as it meant, and the
+// ranks of an mpirun that SLURM started (its proxies are srun tasks) take the MPI's numbering, not
+// the proxy's. WORLD_SIZE without RANK is read as RANK/WORLD_SIZE unless an MPI numbered the
+// ranks (DeepSpeed's mpich and impi runners export WORLD_SIZE and LOCAL_SIZE next to PMI_RANK);
+// then WORLD_SIZE and LOCAL_SIZE must agree with the MPI's. Empty variables count as unset.
 #include "zt/comm/env.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 namespace zt {
 namespace {
@@ -168,6 +173,55 @@ Status read_slurm(const EnvLookup& lookup, DistEnv& env) {
   return Status::ok();
 }
 
+// An MPI's ranks: MASTER_ADDR and MASTER_PORT cannot be guessed (the MPI does not say where rank 0
+// runs), and a WORLD_SIZE/LOCAL_SIZE exported next to the MPI's variables must agree with them.
+Status read_mpi(const EnvLookup& lookup, const LauncherVars& v, const char* how, DistEnv& env) {
+  ZT_RETURN_IF_ERROR(read_ranks(lookup, v, nullptr, env));
+  const std::pair<const char*, int> exported[] = {{"WORLD_SIZE", env.world_size},
+                                                  {"LOCAL_SIZE", env.local_size}};
+  const char* theirs[] = {v.world, v.local_size};
+  for (size_t i = 0; i < 2; ++i) {
+    ZT_ASSIGN_OR_RETURN(std::optional<int> given, get_int(lookup, exported[i].first));
+    if (given && *given != exported[i].second) {
+      return invalid_argument("{}={} disagrees with {}={} set by {}; unset {} or fix its value",
+                              exported[i].first, *given, theirs[i], exported[i].second, how,
+                              exported[i].first);
+    }
+  }
+  if (env.world_size > 1) {
+    for (const char* name : {"MASTER_ADDR", "MASTER_PORT"}) {
+      if (!get(lookup, name)) {
+        return invalid_argument(
+            "{} is not set ({}={} from {}); export it to every rank ({} of the host of rank 0), "
+            "or start the job with zt launch --launcher, which exports it",
+            name, v.world, env.world_size, how,
+            std::string_view(name) == "MASTER_ADDR" ? "the address" : "a free port");
+      }
+    }
+  }
+  return Status::ok();
+}
+
+constexpr LauncherVars kOpenMpiVars{DistSource::kOpenMpi, "OMPI_COMM_WORLD_RANK",
+                                    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                    "OMPI_COMM_WORLD_LOCAL_SIZE"};
+constexpr LauncherVars kMvapichVars{DistSource::kMvapich, "MV2_COMM_WORLD_RANK",
+                                    "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+                                    "MV2_COMM_WORLD_LOCAL_SIZE"};
+constexpr LauncherVars kPmiVars{DistSource::kPmi, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+                                "MPI_LOCALNRANKS"};
+
+bool any_set(const EnvLookup& lookup, const LauncherVars& v) {
+  return get(lookup, v.rank).has_value() || get(lookup, v.world).has_value();
+}
+
+// PMI_RANK alone is also set by srun's PMI plugins; hydra (MPICH, Intel MPI) adds the local
+// numbering, which is how its ranks are told apart from srun's.
+bool pmi_from_hydra(const EnvLookup& lookup) {
+  return any_set(lookup, kPmiVars) &&
+         (get(lookup, "MPI_LOCALRANKID").has_value() || !get(lookup, "SLURM_PROCID"));
+}
+
 }  // namespace
 
 std::string_view dist_source_name(DistSource source) {
@@ -178,6 +232,10 @@ std::string_view dist_source_name(DistSource source) {
       return "RANK/WORLD_SIZE";
     case DistSource::kOpenMpi:
       return "mpirun (OMPI_COMM_WORLD_*)";
+    case DistSource::kMvapich:
+      return "MVAPICH's mpirun (MV2_COMM_WORLD_*)";
+    case DistSource::kPmi:
+      return "MPICH's or Intel MPI's mpirun (PMI_RANK/PMI_SIZE)";
     case DistSource::kSlurm:
       return "srun (SLURM_*)";
   }
@@ -209,7 +267,9 @@ std::string job_token_from(const EnvLookup& lookup, std::string_view master_addr
 Result<DistEnv> dist_env_from(const EnvLookup& lookup) {
   DistEnv env;
   ZT_ASSIGN_OR_RETURN(env.timeout, comm_timeout_from(lookup));
-  if (get(lookup, "RANK") || get(lookup, "WORLD_SIZE")) {
+  const bool mpi_numbered =
+      any_set(lookup, kOpenMpiVars) || any_set(lookup, kMvapichVars) || pmi_from_hydra(lookup);
+  if (get(lookup, "RANK") || (get(lookup, "WORLD_SIZE") && !mpi_numbered)) {
     const LauncherVars v{DistSource::kRankEnv, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_SIZE"};
     ZT_RETURN_IF_ERROR(read_ranks(lookup, v, "LOCAL_WORLD_SIZE", env));
     if (!get(lookup, "MASTER_ADDR") && env.world_size > 1) {
@@ -218,16 +278,18 @@ Result<DistEnv> dist_env_from(const EnvLookup& lookup) {
           "the host of rank 0, or start the job with `zt launch`",
           env.world_size);
     }
-  } else if (get(lookup, "OMPI_COMM_WORLD_RANK") || get(lookup, "OMPI_COMM_WORLD_SIZE")) {
-    const LauncherVars v{DistSource::kOpenMpi, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                         "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
-    ZT_RETURN_IF_ERROR(read_ranks(lookup, v, nullptr, env));
+  } else if (any_set(lookup, kOpenMpiVars)) {
+    ZT_RETURN_IF_ERROR(read_ranks(lookup, kOpenMpiVars, nullptr, env));
     if (!get(lookup, "MASTER_ADDR") && env.local_size != env.world_size) {
       return invalid_argument(
           "MASTER_ADDR is not set and mpirun placed ranks on several hosts; "
           "export MASTER_ADDR=<host of rank 0> and pass it with mpirun -x "
           "MASTER_ADDR");
     }
+  } else if (any_set(lookup, kMvapichVars)) {
+    ZT_RETURN_IF_ERROR(read_mpi(lookup, kMvapichVars, "MVAPICH's mpirun", env));
+  } else if (pmi_from_hydra(lookup)) {
+    ZT_RETURN_IF_ERROR(read_mpi(lookup, kPmiVars, "MPICH's or Intel MPI's mpirun", env));
   } else if (get(lookup, "SLURM_PROCID")) {
     ZT_RETURN_IF_ERROR(read_slurm(lookup, env));
   }

@@ -1,7 +1,9 @@
 // The distributed environment of this process: which rank it is, how many ranks there are, where
 // rank 0 serves the rendezvous store, and how long a collective may take. Read from the variables
-// that `zt launch`, `deepspeed` and `torchrun` set (RANK, WORLD_SIZE, ...), or from mpirun
-// (OMPI_COMM_WORLD_*) or srun (SLURM_*). Nothing set means a single process (world size 1).
+// that `zt launch`, `deepspeed` and `torchrun` set (RANK, WORLD_SIZE, ...), or from Open MPI's
+// mpirun (OMPI_COMM_WORLD_*), MVAPICH's (MV2_COMM_WORLD_*), MPICH's or Intel MPI's hydra
+// (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS) or srun (SLURM_*). Nothing set means a
+// single process (world size 1).
 // docs/comm.md lists every variable read here.
 #pragma once
 
@@ -20,6 +22,8 @@ enum class DistSource : unsigned char {
   kSingleProcess,  // nothing set: world size 1
   kRankEnv,        // RANK / WORLD_SIZE (zt launch, deepspeed, torchrun)
   kOpenMpi,        // OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE (mpirun)
+  kMvapich,        // MV2_COMM_WORLD_RANK / MV2_COMM_WORLD_SIZE (MVAPICH's mpirun)
+  kPmi,            // PMI_RANK / PMI_SIZE + MPI_LOCALRANKID (MPICH's or Intel MPI's mpirun)
   kSlurm,          // SLURM_PROCID / SLURM_NTASKS (srun)
 };
 std::string_view dist_source_name(DistSource source);

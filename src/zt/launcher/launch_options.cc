@@ -5,17 +5,18 @@
 #include <charconv>
 #include <string_view>
 
+#include "zt/launcher/shell_quote.h"
+
 namespace zt::launcher {
 namespace {
 
 enum class FlagKind : unsigned char { kSwitch, kValue };
 
-// How a DeepSpeed flag is honoured by `zt launch` on one machine.
+// How a flag is honoured by `zt launch`.
 enum class FlagSupport : unsigned char {
-  kYes,        // does what DeepSpeed does
-  kNoOp,       // only matters for several machines: accepted and ignored on one
-  kMultiNode,  // refused: needs a multi-node runner (a later ZeroTrain issue)
-  kRefused,    // refused with an explanation (no Python, no autotuner/elasticity here)
+  kYes,      // does what DeepSpeed does
+  kRefused,  // refused with an explanation (no elasticity here)
+  kHidden,   // the launcher talking to itself on another node: parsed, not in --help
 };
 
 using FlagApply = Status (*)(LaunchOptions& o, std::string_view flag, std::string_view value);
@@ -59,8 +60,8 @@ Status count_set(int* field, std::string_view flag, std::string_view value) {
 
 constexpr FlagDef kFlags[] = {
     {"--hostfile", "-H", FlagKind::kValue, FlagSupport::kYes, "FILE",
-     "hostfile (MPI style, 'HOST slots=N' lines); default /job/hostfile when it exists. Only "
-     "this machine's names (localhost, 127.0.0.1, its hostname) for now",
+     "hostfile (MPI style, 'HOST slots=N' lines); default /job/hostfile when it exists. The "
+     "hosts run in file order (it fixes the ranks); more than one host is a multi-node job",
      [](LaunchOptions& o, std::string_view, std::string_view v) {
        o.hostfile = std::string(v);
        o.hostfile_given = true;
@@ -79,17 +80,18 @@ constexpr FlagDef kFlags[] = {
        return Status::ok();
      }},
     {"--num_nodes", nullptr, FlagKind::kValue, FlagSupport::kYes, "N",
-     "number of machines (only 1 for now)",
+     "use the first N hosts of the hostfile",
      [](LaunchOptions& o, std::string_view f, std::string_view v) {
        return count_set(&o.num_nodes, f, v);
      }},
     {"--num_gpus", "--num_accelerators", FlagKind::kValue, FlagSupport::kYes, "N",
-     "GPUs to use on the machine: ids 0..N-1",
+     "GPUs to use on each host: ids 0..N-1",
      [](LaunchOptions& o, std::string_view f, std::string_view v) {
        return count_set(&o.num_gpus, f, v);
      }},
     {"--num_procs", nullptr, FlagKind::kValue, FlagSupport::kYes, "N",
-     "ZeroTrain: run N CPU ranks (no GPU needed; CUDA_VISIBLE_DEVICES is left as it is)",
+     "ZeroTrain: run N CPU ranks (no GPU needed; CUDA_VISIBLE_DEVICES is left as it is); with "
+     "-H, N CPU ranks on each host (at most its slots=)",
      [](LaunchOptions& o, std::string_view f, std::string_view v) {
        return count_set(&o.num_procs, f, v);
      }},
@@ -100,21 +102,28 @@ constexpr FlagDef kFlags[] = {
        return Status::ok();
      }},
     {"--master_addr", nullptr, FlagKind::kValue, FlagSupport::kYes, "ADDR",
-     "address of rank 0 (default 127.0.0.1 on one machine)",
+     "address of rank 0 (default 127.0.0.1 on one machine; on several, the first address "
+     "`hostname -I` prints on the first host, as DeepSpeed finds it)",
      [](LaunchOptions& o, std::string_view, std::string_view v) {
        o.master_addr = std::string(v);
        return Status::ok();
      }},
     {"--launcher", nullptr, FlagKind::kValue, FlagSupport::kYes, "NAME",
-     "runner: 'local' (one machine). pdsh, openmpi, mvapich, slurm, mpich, impi come with "
-     "multi-node support",
+     "runner: 'local' (one machine, the default there), 'ssh' (the default for several hosts: "
+     "one ssh per node from zt launch itself), 'pdsh', 'openmpi', 'mpich', 'impi', 'mvapich', "
+     "'slurm'",
      [](LaunchOptions& o, std::string_view, std::string_view v) {
        o.launcher = std::string(v);
        o.launcher_given = true;
        return Status::ok();
      }},
-    {"--launcher_args", nullptr, FlagKind::kValue, FlagSupport::kMultiNode, "ARGS",
-     "arguments for a multi-node runner", nullptr},
+    {"--launcher_args", nullptr, FlagKind::kValue, FlagSupport::kYes, "ARGS",
+     "extra arguments for the runner's command (ssh, pdsh, mpirun, srun), one string split as a "
+     "shell would (Python's shlex.split), e.g. \"-F /path/ssh_config\"",
+     [](LaunchOptions& o, std::string_view f, std::string_view v) {
+       ZT_ASSIGN_OR_RETURN(o.launcher_args, shell_split(v, f));
+       return Status::ok();
+     }},
     {"--no_local_rank", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
      "do not pass --local_rank=N to PROGRAM",
      [](LaunchOptions& o, std::string_view, std::string_view) {
@@ -122,13 +131,17 @@ constexpr FlagDef kFlags[] = {
        return Status::ok();
      }},
     {"--no_python", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
-     "accepted; always true here: PROGRAM is run directly, as any executable",
+     "run PROGRAM as given, even a .py file (which otherwise runs under python3 -u)",
      [](LaunchOptions& o, std::string_view, std::string_view) {
        o.no_python = true;
        return Status::ok();
      }},
-    {"--module", nullptr, FlagKind::kSwitch, FlagSupport::kRefused, nullptr,
-     "refused: there is no Python interpreter to pass -m to (see below)", nullptr},
+    {"--module", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
+     "PROGRAM is a Python module: each rank runs python3 -u -m PROGRAM",
+     [](LaunchOptions& o, std::string_view, std::string_view) {
+       o.module = true;
+       return Status::ok();
+     }},
     {"--save_pid", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
      "write this launcher's pid to /tmp/<pid>.deepspeed while the job runs",
      [](LaunchOptions& o, std::string_view, std::string_view) {
@@ -154,16 +167,38 @@ constexpr FlagDef kFlags[] = {
        o.bind_core_list = std::string(v);
        return Status::ok();
      }},
-    {"--no_ssh_check", nullptr, FlagKind::kSwitch, FlagSupport::kNoOp, nullptr,
-     "accepted; no ssh is used on one machine", nullptr},
-    {"--ssh_port", nullptr, FlagKind::kValue, FlagSupport::kNoOp, "PORT",
-     "accepted; no ssh is used on one machine", nullptr},
-    {"--no_ssh", nullptr, FlagKind::kSwitch, FlagSupport::kMultiNode, nullptr,
-     "per-node launch without ssh", nullptr},
-    {"--node_rank", nullptr, FlagKind::kValue, FlagSupport::kMultiNode, "N",
-     "this node's index with --no_ssh", nullptr},
-    {"--force_multi", nullptr, FlagKind::kSwitch, FlagSupport::kMultiNode, nullptr,
-     "use the multi-node runner for one node", nullptr},
+    {"--no_ssh_check", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
+     "skip the pre-flight's ssh part (each host reachable, same zt build, port, slots, clock); "
+     "the master port is still checked here",
+     [](LaunchOptions& o, std::string_view, std::string_view) {
+       o.no_ssh_check = true;
+       return Status::ok();
+     }},
+    {"--ssh_port", nullptr, FlagKind::kValue, FlagSupport::kYes, "PORT",
+     "port of the nodes' sshd (default: ssh's own, from the ssh config)",
+     [](LaunchOptions& o, std::string_view f, std::string_view v) {
+       ZT_ASSIGN_OR_RETURN(o.ssh_port, int_parse(f, v, 1, 65535));
+       return Status::ok();
+     }},
+    {"--no_ssh", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
+     "a scheduler runs zt launch on every node itself: with --node_rank N (and --master_addr), "
+     "start only node N's ranks of the hostfile, no ssh",
+     [](LaunchOptions& o, std::string_view, std::string_view) {
+       o.no_ssh = true;
+       return Status::ok();
+     }},
+    {"--node_rank", nullptr, FlagKind::kValue, FlagSupport::kYes, "N",
+     "this node's index in the hostfile, with --no_ssh",
+     [](LaunchOptions& o, std::string_view f, std::string_view v) {
+       ZT_ASSIGN_OR_RETURN(o.node_rank, int_parse(f, v, 0, 1 << 20));
+       return Status::ok();
+     }},
+    {"--force_multi", nullptr, FlagKind::kSwitch, FlagSupport::kYes, nullptr,
+     "run through the multi-node runner (ssh) even for one host",
+     [](LaunchOptions& o, std::string_view, std::string_view) {
+       o.force_multi = true;
+       return Status::ok();
+     }},
     {"--autotuning", nullptr, FlagKind::kValue, FlagSupport::kYes, "tune|run",
      "tune: find the fastest ZeRO stage and micro-batch for PROGRAM's ds_config with short "
      "measured runs (the config's autotuning block; docs/autotuning.md); run: tune, then train "
@@ -182,6 +217,47 @@ constexpr FlagDef kFlags[] = {
      "refused: elastic training is not supported", nullptr},
     {"--max_elastic_nodes", nullptr, FlagKind::kValue, FlagSupport::kRefused, "N",
      "refused: elastic training is not supported", nullptr},
+    // The node launcher's flags: the master launcher passes them through ssh (multi_node.h).
+    {"--world_info", nullptr, FlagKind::kValue, FlagSupport::kHidden, "B64",
+     "the job's hosts and slots: base64 of the JSON {host: [slots]}, as DeepSpeed passes it",
+     [](LaunchOptions& o, std::string_view, std::string_view v) {
+       o.world_info = std::string(v);
+       return Status::ok();
+     }},
+    {"--zt_job_token", nullptr, FlagKind::kValue, FlagSupport::kHidden, "HEX",
+     "the job's ZT_JOB_TOKEN",
+     [](LaunchOptions& o, std::string_view, std::string_view v) {
+       o.job_token = std::string(v);
+       return Status::ok();
+     }},
+    {"--zt_slot_kind", nullptr, FlagKind::kValue, FlagSupport::kHidden, "gpu|cpu",
+     "what the slots of --world_info are",
+     [](LaunchOptions& o, std::string_view f, std::string_view v) {
+       if (v != "gpu" && v != "cpu") {
+         return invalid_argument("argument {}: invalid choice: '{}' (choose from 'gpu', 'cpu')",
+                                 f, v);
+       }
+       o.slot_kind = std::string(v);
+       return Status::ok();
+     }},
+    {"--zt_link_stdin", nullptr, FlagKind::kSwitch, FlagSupport::kHidden, nullptr,
+     "stdin is the link to the master launcher",
+     [](LaunchOptions& o, std::string_view, std::string_view) {
+       o.link_stdin = true;
+       return Status::ok();
+     }},
+    {"--zt_prefix_output", nullptr, FlagKind::kSwitch, FlagSupport::kHidden, nullptr,
+     "prefix each output line of a rank with [rank R]",
+     [](LaunchOptions& o, std::string_view, std::string_view) {
+       o.prefix_output = true;
+       return Status::ok();
+     }},
+    {"--zt_preflight", nullptr, FlagKind::kValue, FlagSupport::kHidden, "ADDR,PORT,KIND,N",
+     "answer the master launcher's pre-flight with one JSON line",
+     [](LaunchOptions& o, std::string_view, std::string_view v) {
+       o.preflight = std::string(v);
+       return Status::ok();
+     }},
 };
 
 const FlagDef* flag_find(std::string_view name) {
@@ -192,21 +268,7 @@ const FlagDef* flag_find(std::string_view name) {
 }
 
 Status flag_refusal(const FlagDef& f) {
-  std::string_view name = f.name;
-  if (name == "--module") {
-    return invalid_argument(
-        "--module: zt launch runs PROGRAM directly as an executable (DeepSpeed's --no_python is "
-        "implied), so there is no Python interpreter to pass -m to. Run the module through "
-        "python yourself: `zt launch --no_local_rank python -u -m MODULE ARGS` (each rank reads "
-        "LOCAL_RANK from its environment)");
-  }
-  if (f.support == FlagSupport::kMultiNode) {
-    return invalid_argument(
-        "{}: multi-node launching (ssh/pdsh/openmpi/slurm runners) is a later ZeroTrain feature; "
-        "zt launch runs the ranks of one machine for now",
-        name);
-  }
-  return invalid_argument("{} is not supported by zt launch ({})", name, f.help);
+  return invalid_argument("{} is not supported by zt launch ({})", f.name, f.help);
 }
 
 // Word-wraps `text` at `width` columns, each line starting with `indent`.
@@ -277,12 +339,22 @@ Result<LaunchOptions> launch_options_parse(const std::vector<std::string>& args)
       return invalid_argument("argument {}: ignored explicit argument '{}' (it is a switch)", name,
                               *inline_value);
     }
-    if (flag->support == FlagSupport::kMultiNode || flag->support == FlagSupport::kRefused) {
-      return flag_refusal(*flag);
-    }
+    if (flag->support == FlagSupport::kRefused) return flag_refusal(*flag);
     if (flag->apply != nullptr) ZT_RETURN_IF_ERROR(flag->apply(o, name, value));
   }
+  if (o.no_ssh && o.node_rank < 0) {
+    return invalid_argument(
+        "--no_ssh: a multi-node job started on every node by a scheduler needs --node_rank=N, "
+        "this node's index in the hostfile");
+  }
+  if (!o.no_ssh && o.node_rank >= 0 && o.world_info.empty()) {
+    return invalid_argument(
+        "--node_rank {} is for --no_ssh (a scheduler starts zt launch on every node); the ssh "
+        "and pdsh runners number the nodes themselves",
+        o.node_rank);
+  }
   if (i >= args.size()) {
+    if (!o.preflight.empty()) return o;
     return invalid_argument(
         "the following arguments are required: PROGRAM (zt launch [FLAGS] "
         "PROGRAM [ARGS...]; see zt launch --help)");
@@ -296,14 +368,16 @@ std::string launch_usage() {
   std::string out =
       "usage: zt launch [FLAGS] PROGRAM [ARGS...]\n"
       "\n"
-      "Runs PROGRAM once per rank on this machine, as DeepSpeed's `deepspeed` launcher does.\n"
-      "Flags come before PROGRAM; PROGRAM and everything after it are passed on untouched,\n"
-      "with --local_rank=N inserted as the first argument unless --no_local_rank is given.\n"
+      "Runs PROGRAM once per rank, on this machine or on every host of the hostfile, as\n"
+      "DeepSpeed's `deepspeed` launcher does. Flags come before PROGRAM; PROGRAM and everything\n"
+      "after it are passed on untouched, with --local_rank=N inserted as the first argument\n"
+      "unless --no_local_rank is given. A .py PROGRAM runs under `python3 -u` (--no_python:\n"
+      "as given; --module: `python3 -u -m PROGRAM`); any other PROGRAM is executed directly.\n"
       "Ranks: the hostfile's slots, else --num_procs N CPU ranks, else every visible GPU.\n"
       "\n"
       "flags:\n";
   for (const FlagDef& f : kFlags) {
-    if (f.support == FlagSupport::kMultiNode || f.support == FlagSupport::kRefused) continue;
+    if (f.support != FlagSupport::kYes) continue;
     std::string names = f.alias != nullptr && f.alias[1] != '-'
                             ? std::string(f.alias) + ", " + f.name
                             : std::string(f.name);
@@ -314,14 +388,17 @@ std::string launch_usage() {
   out +=
       "  -h, --help\n      print this text\n"
       "\n"
-      "Not yet supported (multi-node): --launcher_args, --no_ssh, --node_rank, --force_multi,\n"
-      "and --launcher other than 'local'. Refused: --module (PROGRAM is any executable; run\n"
-      "`python -u -m MODULE` yourself with --no_local_rank), --elastic_training.\n"
+      "Refused: --elastic_training.\n"
+      "\n"
+      "Several hosts: zt launch checks every host first (ssh without a password, the same zt\n"
+      "build at the same path, the master port, the slots, the clocks), then starts one node\n"
+      "launcher per host over ssh; each rank's output comes back as \"[rank R] ...\" lines.\n"
       "\n"
       "Each rank gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE,\n"
-      "MASTER_ADDR, MASTER_PORT, ZT_JOB_TOKEN and (GPU ranks) CUDA_VISIBLE_DEVICES = the selected\n"
-      "GPU ids. When one rank fails, every other rank is stopped (SIGTERM, then SIGKILL after\n"
-      "ZT_LAUNCH_GRACE_S seconds, default 30) and zt launch exits with that rank's code.\n";
+      "MASTER_ADDR, MASTER_PORT, ZT_JOB_TOKEN and (GPU ranks) CUDA_VISIBLE_DEVICES = its node's\n"
+      "GPU ids. When one rank fails, every other rank on every node is stopped (SIGTERM, then\n"
+      "SIGKILL after ZT_LAUNCH_GRACE_S seconds, default 30) and zt launch exits with that\n"
+      "rank's code, naming the rank and its host.\n";
   return out;
 }
 

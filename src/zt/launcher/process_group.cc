@@ -45,6 +45,8 @@ struct sigaction g_old_actions[kNumCaught];
 // --save-on-signal save a checkpoint and exit 0); the launcher keeps supervising.
 std::atomic<int> g_forward_pending{0};
 struct sigaction g_old_usr1;
+// A relayed output pipe or a link whose reader is gone must not kill the launcher.
+struct sigaction g_old_pipe;
 
 // Wakes supervise() from a signal handler (async-signal-safe).
 void supervisor_wake() {
@@ -132,8 +134,9 @@ int executable_check(const std::string& path) {
 
 std::string script_hint(std::string_view program) {
   if (program.ends_with(".py")) {
-    return " (zt launch runs PROGRAM directly, as DeepSpeed's --no_python: give the script a "
-           "'#!/usr/bin/env python3' line and chmod +x it)";
+    return " (with --no_python zt launch runs PROGRAM directly: give the script a "
+           "'#!/usr/bin/env python3' line and chmod +x it, or leave --no_python out to run it "
+           "under python3 -u)";
   }
   return "";
 }
@@ -155,7 +158,10 @@ ProcessGroup::ProcessGroup(std::vector<ProcessSpec> specs, ProcessGroupOptions o
       pids_(specs_.size(), -1),
       running_(specs_.size(), 0),
       group_gone_(specs_.size(), 0),
-      heartbeats_(specs_.size()) {}
+      heartbeats_(specs_.size()),
+      relays_(specs_.size() * 2),
+      markers_(specs_.size()),
+      link_writes_(specs_.size(), -1) {}
 
 Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(std::vector<ProcessSpec> specs,
                                                           ProcessGroupOptions options) {
@@ -185,10 +191,18 @@ Result<std::unique_ptr<ProcessGroup>> ProcessGroup::start(std::vector<ProcessSpe
   forward.sa_handler = on_forward_signal;
   sigemptyset(&forward.sa_mask);
   ZT_ASSERT(sigaction(SIGUSR1, &forward, &g_old_usr1) == 0);
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ZT_ASSERT(sigaction(SIGPIPE, &ignore, &g_old_pipe) == 0);
+  if (options.link_fd >= 0) fcntl(options.link_fd, F_SETFL, fcntl(options.link_fd, F_GETFL) | O_NONBLOCK);
 
   std::unique_ptr<ProcessGroup> group(new ProcessGroup(std::move(specs), options));
-  // Children are not in the terminal's foreground group: a terminal stdin would stop them.
-  int stdin_fd = isatty(STDIN_FILENO) ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+  // Children are not in the terminal's foreground group: a terminal stdin would stop them. Nor
+  // may they read the link to the master: its bytes are the launcher's.
+  int stdin_fd = isatty(STDIN_FILENO) || options.link_fd >= 0
+                     ? open("/dev/null", O_RDONLY | O_CLOEXEC)
+                     : -1;
   Status status;
   for (size_t i = 0; i < group->specs_.size() && g_first_signal.load() == 0; ++i) {
     status = group->spawn(i, stdin_fd);
@@ -241,10 +255,29 @@ Status ProcessGroup::spawn(size_t index, int stdin_fd) {
                       std::strerror(errno));
     }
   }
+  // The stdin link and the relay pipes: the child gets one end, the launcher keeps the other.
+  int link[2] = {-1, -1};
+  int out[2] = {-1, -1};
+  int err_pipe[2] = {-1, -1};
+  auto pipes_close = [&] {
+    for (int fd : {link[0], link[1], out[0], out[1], err_pipe[0], err_pipe[1], log_fd}) {
+      if (fd >= 0) close(fd);
+    }
+  };
+  const bool relayed = spec.relay_prefix.has_value() && log_fd < 0;
+  if ((spec.stdin_link && pipe2(link, O_CLOEXEC) != 0) ||
+      (relayed && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))) {
+    int err = errno;
+    pipes_close();
+    return io_error("cannot start {}: pipe2: {}", spec.label, std::strerror(err));
+  }
+  const int child_stdin = link[0] >= 0 ? link[0] : stdin_fd;
+  const int child_stdout = relayed ? out[1] : log_fd;
+  const int child_stderr = relayed ? err_pipe[1] : log_fd;
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) {
     int err = errno;
-    if (log_fd >= 0) close(log_fd);
+    pipes_close();
     return io_error("cannot start {}: pipe2: {}", spec.label, std::strerror(err));
   }
   const pid_t launcher = getpid();
@@ -264,8 +297,9 @@ Status ProcessGroup::spawn(size_t index, int stdin_fd) {
     if (!spec.cpus.empty() && sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
       child_fail(report[1], 1);
     }
-    if (stdin_fd >= 0 && dup2(stdin_fd, STDIN_FILENO) < 0) child_fail(report[1], 2);
-    if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)) {
+    if (child_stdin >= 0 && dup2(child_stdin, STDIN_FILENO) < 0) child_fail(report[1], 2);
+    if (child_stdout >= 0 &&
+        (dup2(child_stdout, STDOUT_FILENO) < 0 || dup2(child_stderr, STDERR_FILENO) < 0)) {
       child_fail(report[1], 2);
     }
     if (beat[1] >= 0) fcntl(beat[1], F_SETFD, 0);  // the program keeps the write end
@@ -277,10 +311,38 @@ Status ProcessGroup::spawn(size_t index, int stdin_fd) {
   if (beat[1] >= 0) close(beat[1]);
   heartbeats_[index] = Heartbeat{.fd = beat[0], .seen = false, .step = -1,
                                  .last = std::chrono::steady_clock::now()};
-  if (log_fd >= 0) close(log_fd);
+  // The launcher keeps the link's write end and the relays' read ends.
+  for (int fd : {link[0], out[1], err_pipe[1], log_fd}) {
+    if (fd >= 0) close(fd);
+  }
   if (pid < 0) {
+    for (int fd : {link[1], out[0], err_pipe[0]}) {
+      if (fd >= 0) close(fd);
+    }
     close(report[0]);
     return io_error("cannot start {}: fork: {}", spec.label, std::strerror(fork_errno));
+  }
+  if (link[1] >= 0) {
+    fcntl(link[1], F_SETFL, O_NONBLOCK);  // a full pipe (a stuck ssh) must not block the loop
+    link_writes_[index] = link[1];
+  }
+  if (relayed) {
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err_pipe[0], F_SETFL, O_NONBLOCK);
+    relays_[2 * index].fd = out[0];
+    relays_[2 * index].relay = std::make_unique<LineRelay>(*spec.relay_prefix, STDOUT_FILENO);
+    LineRelay::Intercept intercept = nullptr;
+    if (!options_.failure_marker.empty()) {
+      intercept = [this, index](std::string_view line) {
+        if (!line.starts_with(options_.failure_marker)) return false;
+        markers_[index] = std::string(line);
+        if (marker_index_ < 0) marker_index_ = static_cast<int>(index);
+        return true;
+      };
+    }
+    relays_[2 * index + 1].fd = err_pipe[0];
+    relays_[2 * index + 1].relay =
+        std::make_unique<LineRelay>(*spec.relay_prefix, STDERR_FILENO, std::move(intercept));
   }
   // Also here, so the group exists before start() returns whichever side runs first. EACCES
   // (the child already called execve) means the child did it itself.
@@ -300,6 +362,12 @@ Status ProcessGroup::spawn(size_t index, int stdin_fd) {
     }
     running_[index] = 0;
     group_gone_[index] = 1;
+    for (int i : {0, 1}) {
+      Relay& r = relays_[2 * index + static_cast<size_t>(i)];
+      if (r.fd >= 0) close(r.fd);
+      r.fd = -1;
+      r.relay.reset();
+    }
     return unavailable("cannot start {} ({}): failed {}: {}{}", spec.label, spec.exec_path,
                        stage_name(failure.stage), std::strerror(failure.err),
                        failure.err == ENOEXEC ? " (a script needs a #! line)" : "");
@@ -329,16 +397,31 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
   bool killed = false;
   int signals_at_stop = 0;
   Clock::time_point deadline = Clock::time_point::max();
+  Clock::time_point link_last = Clock::now();
   auto stop_begin = [&] {
     stopping = true;
     result.stopped = static_cast<int>(std::count(running_.begin(), running_.end(), 1));
     signals_at_stop = g_signal_count.load();
-    groups_signal(SIGTERM);
+    // A process on a link (a node launcher, or the ssh that carries it) is stopped by closing
+    // the link: it stops its own ranks and ends; SIGKILL comes at the deadline if it does not.
+    links_tick(/*close_all=*/true);
+    for (size_t i = 0; i < pids_.size(); ++i) {
+      if (specs_[i].stdin_link || pids_[i] <= 0 || group_gone_[i]) continue;
+      if (killpg(pids_[i], SIGTERM) != 0 && errno == ESRCH) {
+        if (running_[i]) {
+          kill(pids_[i], SIGTERM);
+        } else {
+          group_gone_[i] = 1;
+        }
+      }
+    }
     deadline = Clock::now() + options_.grace;
+    if (options_.on_stop) options_.on_stop(result);
   };
   if (start == LoopStart::kStopNow) stop_begin();
 
   while (true) {
+    relays_pump(/*final=*/false);
     for (size_t i = 0; i < pids_.size(); ++i) {
       if (!running_[i]) continue;
       int status = 0;
@@ -365,6 +448,20 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
         result.failure = e;
       }
     }
+    // A failure marker is the precise report (which rank, which code) of a process that watches
+    // others: it wins over exits seen in the same pass. The exited processes' last lines were
+    // read above, before they were reaped... unless they were written in between: read again.
+    if (!stopping && !options_.failure_marker.empty()) {
+      if (result.end == GroupEnd::kProcessFailed) relays_pump(/*final=*/false);
+      if (marker_index_ >= 0) {
+        const auto m = static_cast<size_t>(marker_index_);
+        result.end = GroupEnd::kProcessFailed;
+        result.reported = true;
+        result.marker = markers_[m];
+        result.failure = ProcessExit{
+            .index = marker_index_, .pid = pids_[m], .exit_code = 1, .term_signal = 0};
+      }
+    }
     if (!stopping && result.end == GroupEnd::kProcessFailed) stop_begin();
     if (!stopping && options_.heartbeat_timeout.count() > 0) {
       if (const int quiet = heartbeats_poll(); quiet >= 0) {
@@ -381,6 +478,21 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
         stop_begin();
       }
     }
+    if (!stopping && options_.link_fd >= 0) {
+      char bytes[256];
+      ssize_t n = 0;
+      bool eof = false;
+      while ((n = read(options_.link_fd, bytes, sizeof(bytes))) > 0) link_last = Clock::now();
+      if (n == 0) eof = true;
+      const auto silent = Clock::now() - link_last;
+      if (eof || silent > options_.link_timeout) {
+        result.end = GroupEnd::kLinkLost;
+        result.link_eof = eof;
+        result.link_silent_s = std::chrono::duration<double>(silent).count();
+        stop_begin();
+      }
+    }
+    if (!stopping) links_tick(/*close_all=*/false);
     if (!stopping && g_forward_pending.exchange(0) != 0) groups_signal(SIGUSR1);
     int sig = g_first_signal.load();
     if (!stopping && sig != 0) {
@@ -409,12 +521,21 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       wait_for = std::min(wait_for, std::chrono::ceil<std::chrono::milliseconds>(
                                         std::max(deadline - now, Clock::duration::zero())));
     }
-    pollfd wake{.fd = g_wake_read, .events = POLLIN, .revents = 0};
-    poll(&wake, 1, static_cast<int>(wait_for.count()));
+    std::vector<pollfd> fds;
+    fds.push_back(pollfd{.fd = g_wake_read, .events = POLLIN, .revents = 0});
+    if (!stopping && options_.link_fd >= 0) {
+      fds.push_back(pollfd{.fd = options_.link_fd, .events = POLLIN, .revents = 0});
+    }
+    for (const Relay& r : relays_) {
+      if (r.fd >= 0) fds.push_back(pollfd{.fd = r.fd, .events = POLLIN, .revents = 0});
+    }
+    poll(fds.data(), fds.size(), static_cast<int>(wait_for.count()));
     char drain[64];
     while (read(g_wake_read, drain, sizeof(drain)) > 0) {
     }
   }
+  relays_pump(/*final=*/true);
+  links_tick(/*close_all=*/true);
   handlers_restore();
   finished_ = true;
   switch (result.end) {
@@ -427,6 +548,9 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
     case GroupEnd::kSilent:
       result.exit_code = kSilentExitCode;
       break;
+    case GroupEnd::kLinkLost:
+      result.exit_code = kLinkLostExitCode;
+      break;
     case GroupEnd::kInterrupted:
       // Every rank ended cleanly on the signal (ranks that save on SIGTERM and exit 0): the job
       // finished as asked.
@@ -434,6 +558,51 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       break;
   }
   return result;
+}
+
+void ProcessGroup::relays_pump(bool final) {
+  char buf[16384];
+  for (Relay& r : relays_) {
+    if (r.fd < 0) continue;
+    while (true) {
+      const ssize_t n = read(r.fd, buf, sizeof(buf));
+      if (n > 0) {
+        r.relay->feed(std::string_view(buf, static_cast<size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) {  // every writer closed it
+        r.relay->finish();
+        close(r.fd);
+        r.fd = -1;
+      }
+      break;  // EAGAIN: nothing more for now
+    }
+    if (final && r.fd >= 0) {
+      // A descendant that outlived the stop may still hold the pipe: what it wrote so far is
+      // shown, the rest is not waited for.
+      r.relay->finish();
+      close(r.fd);
+      r.fd = -1;
+    }
+  }
+}
+
+void ProcessGroup::links_tick(bool close_all) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool beat = now - link_last_write_ >= std::chrono::seconds(1);
+  for (int& fd : link_writes_) {
+    if (fd < 0) continue;
+    if (close_all) {
+      close(fd);
+      fd = -1;
+    } else if (beat) {
+      const char byte = '.';
+      ssize_t n = write(fd, &byte, 1);
+      (void)n;  // EAGAIN: the pipe is full of earlier beats; EPIPE: the process is gone
+    }
+  }
+  if (beat) link_last_write_ = now;
 }
 
 int ProcessGroup::heartbeats_poll() {
@@ -469,6 +638,7 @@ int ProcessGroup::heartbeats_poll() {
 void ProcessGroup::handlers_restore() {
   for (int i = 0; i < kNumCaught; ++i) sigaction(kCaughtSignals[i], &g_old_actions[i], nullptr);
   sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  sigaction(SIGPIPE, &g_old_pipe, nullptr);
   int write_fd = g_wake_write.exchange(-1);
   if (write_fd >= 0) close(write_fd);
   if (g_wake_read >= 0) close(g_wake_read);
@@ -485,6 +655,12 @@ ProcessGroup::~ProcessGroup() {
   if (!finished_) supervise(LoopStart::kStopNow);
   for (Heartbeat& h : heartbeats_) {
     if (h.fd >= 0) close(h.fd);
+  }
+  for (Relay& r : relays_) {
+    if (r.fd >= 0) close(r.fd);
+  }
+  for (int fd : link_writes_) {
+    if (fd >= 0) close(fd);
   }
 }
 

@@ -11,6 +11,12 @@
 // - stdout/stderr are inherited (passed through unchanged) or both written to a per-process log
 //   file. stdin is inherited unless it is a terminal: the processes are not in the terminal's
 //   foreground group, so a read would stop them with SIGTTIN; they read /dev/null instead.
+// - Relayed output (ProcessSpec::relay_prefix): stdout and stderr come through pipes and are
+//   written line by line, prefixed, to the launcher's own stdout/stderr (output_relay.h).
+// - Links (multi-node): a process started with `stdin_link` reads a pipe to which the launcher
+//   writes one byte every second; stopping the group closes it, so the process sees EOF. On the
+//   other side, `link_fd` is such a pipe read by the launcher: EOF, or no byte for
+//   `link_timeout`, stops the group (GroupEnd::kLinkLost).
 //
 // Assumes one ProcessGroup at a time per process (it owns the SIGINT/SIGTERM/SIGHUP handlers
 // from start() to the end of wait()), that no one else reaps its children, and that the thread
@@ -20,6 +26,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +34,7 @@
 #include <vector>
 
 #include "zt/core/status.h"
+#include "zt/launcher/output_relay.h"
 
 namespace zt::launcher {
 
@@ -37,7 +45,13 @@ struct ProcessSpec {
   std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
   std::string log_path;           // empty: inherit stdout/stderr; else both go here (truncated)
   std::vector<int> cpus;          // empty: inherit the CPU affinity; else pinned to these CPUs
+  // When set (and no log_path): stdout/stderr are relayed through pipes, each line prefixed.
+  std::optional<std::string> relay_prefix{};
+  // stdin is a pipe the launcher writes a byte to every second and closes when stopping.
+  bool stdin_link = false;
 };
+
+struct GroupResult;
 
 struct ProcessGroupOptions {
   std::chrono::milliseconds grace{30000};  // between SIGTERM and SIGKILL
@@ -45,6 +59,17 @@ struct ProcessGroupOptions {
   // ZT_HEARTBEAT_FD; one that has beaten once and then stays silent this long (stopped, frozen)
   // stops the group. 0: no pipes, no check.
   std::chrono::milliseconds heartbeat_timeout{0};
+  // The link to a master launcher (read end; -1: none): EOF, or no byte for `link_timeout`, stops
+  // the group. The processes then read /dev/null, never this descriptor.
+  int link_fd = -1;
+  std::chrono::milliseconds link_timeout{15000};
+  // A relayed stderr line starting with this text is not shown but kept (marker()); the first
+  // one ends the group as that process's failure (GroupResult::reported), before it even exits:
+  // how a node launcher tells the master which rank failed. Empty: no markers.
+  std::string failure_marker{};
+  // Called once when the group starts stopping, with what is known then (end, failure/silent,
+  // stopped): a node launcher reports its failure at once, not after the grace.
+  std::function<void(const GroupResult&)> on_stop{};
 };
 
 struct ProcessExit {
@@ -64,10 +89,13 @@ enum class GroupEnd : unsigned char {
   kProcessFailed,  // one failed (non-zero exit or a signal); the others were stopped
   kInterrupted,    // the launcher got SIGINT/SIGTERM/SIGHUP; all were stopped
   kSilent,         // one stopped sending heartbeats; it was killed, the others stopped
+  kLinkLost,       // the link to the master (link_fd) ended or went silent; all were stopped
 };
 
 // The exit code of a job stopped for a silent process (as timeout(1) reports a timeout).
 constexpr int kSilentExitCode = 124;
+// The exit code of a node launcher that lost its master (as a hangup: 128 + SIGHUP).
+constexpr int kLinkLostExitCode = 129;
 
 struct SilentProcess {
   int index = -1;
@@ -83,7 +111,14 @@ struct GroupResult {
   int stopped = 0;          // processes still running when the stop began
   int failed = 0;           // processes that exited non-zero or by a signal
   SilentProcess silent;     // kSilent
-  int exit_code = 0;        // what the launcher exits with: 0, failure.shell_code(), 128+signal
+  // kProcessFailed from a failure marker: `failure.index` printed `marker` (its exit code is
+  // not known yet; the launcher that reads the marker decides the code).
+  bool reported = false;
+  std::string marker{};
+  bool link_eof = false;    // kLinkLost: EOF (else silence)
+  double link_silent_s = 0; // kLinkLost: seconds since the last byte
+  // what the launcher exits with: 0, failure.shell_code(), 128+signal, 124 silent, 129 link lost
+  int exit_code = 0;
 };
 
 class ProcessGroup {
@@ -98,6 +133,8 @@ class ProcessGroup {
   ~ProcessGroup();
 
   const std::vector<pid_t>& pids() const { return pids_; }
+  // The last failure-marker line process `index` printed (empty: none).
+  const std::string& marker(size_t index) const { return markers_[index]; }
   // Supervises until every process has ended (see the file comment). Call once.
   GroupResult wait();
 
@@ -110,6 +147,10 @@ class ProcessGroup {
   void handlers_restore();
   // Reads the heartbeats that arrived; the index of a process silent past the timeout, or -1.
   int heartbeats_poll();
+  // Reads what the relay pipes hold; at `final`, also ends every relay (a partial line is shown).
+  void relays_pump(bool final);
+  // Writes the once-a-second byte to every stdin link; closes them all at `close_all`.
+  void links_tick(bool close_all);
 
   std::vector<ProcessSpec> specs_;
   ProcessGroupOptions options_;
@@ -123,6 +164,15 @@ class ProcessGroup {
     std::chrono::steady_clock::time_point last;
   };
   std::vector<Heartbeat> heartbeats_;
+  struct Relay {
+    int fd = -1;  // read end; -1 once at EOF
+    std::unique_ptr<LineRelay> relay;
+  };
+  std::vector<Relay> relays_;  // 2 per spec (stdout, stderr) when relayed
+  std::vector<std::string> markers_;
+  int marker_index_ = -1;  // the first process that printed a failure marker
+  std::vector<int> link_writes_;  // per spec: write end of its stdin link, or -1
+  std::chrono::steady_clock::time_point link_last_write_;
   bool finished_ = false;
 };
 

@@ -45,20 +45,19 @@ std::vector<ProcessSpec> node_process_specs(const NodePlanInputs& in) {
     const int rank = first_rank + local;
     ProcessSpec spec;
     spec.label = fmt::format("rank {}", rank);
-    spec.exec_path = in.exec_path;
+    spec.exec_path = in.program.exec_path;
     spec.env = node_env;
     env_set(spec.env, "RANK", std::to_string(rank));
     // DeepSpeed: dist_rank % num_local_procs (equal to `local` unless nodes are uneven).
     const int local_rank = rank % local_size;
     env_set(spec.env, "LOCAL_RANK", std::to_string(local_rank));
-    spec.argv.push_back(o.program);
-    if (!o.no_local_rank) spec.argv.push_back(fmt::format("--local_rank={}", local_rank));
-    spec.argv.insert(spec.argv.end(), o.program_args.begin(), o.program_args.end());
+    spec.argv = program_rank_argv(in.program, o.no_local_rank ? -1 : local_rank, o.program_args);
     if (!in.rank_cpus.empty()) {
       spec.cpus = in.rank_cpus[static_cast<size_t>(local_rank)];
       env_set(spec.env, "OMP_NUM_THREADS", std::to_string(spec.cpus.size()));
     }
     if (!in.log_prefix.empty()) spec.log_path = rank_log_path(in.log_prefix, rank);
+    if (in.prefix_output) spec.relay_prefix = fmt::format("[rank {}] ", rank);
     specs.push_back(std::move(spec));
   }
   return specs;

@@ -2,8 +2,10 @@
 // launcher's environment plus MASTER_ADDR, MASTER_PORT, WORLD_SIZE, CROSS_RANK (node index),
 // CROSS_SIZE (nodes), LOCAL_SIZE, RANK (global, hostfile order), LOCAL_RANK (= RANK % LOCAL_SIZE),
 // CUDA_VISIBLE_DEVICES = the node's whole slot list (each rank picks its GPU by LOCAL_RANK; left
-// alone for --num_procs CPU ranks), ZT_JOB_TOKEN, and OMP_NUM_THREADS when cores are bound. The
-// command is PROGRAM [--local_rank=N] ARGS..., the flag first, as DeepSpeed puts it.
+// alone for CPU ranks), ZT_JOB_TOKEN, and OMP_NUM_THREADS when cores are bound. The command is
+// PROGRAM's command (program.h: PROGRAM, or python3 -u [-m] PROGRAM) [--local_rank=N] ARGS..., the
+// flag right after the script, as DeepSpeed puts it. With `prefix_output` (a node of a multi-node
+// job) each rank's output lines start with "[rank R] ".
 #pragma once
 
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "zt/launcher/launch_options.h"
 #include "zt/launcher/process_group.h"
+#include "zt/launcher/program.h"
 #include "zt/launcher/world.h"
 
 namespace zt::launcher {
@@ -20,10 +23,11 @@ struct NodePlanInputs {
   const WorldInfo* world = nullptr;
   int node_rank = 0;                  // index of this node in world->hosts
   std::vector<std::string> base_env;  // the launcher's environment
-  std::string exec_path;              // PROGRAM resolved (executable_resolve)
+  ProgramCommand program;             // how PROGRAM runs here (program_command)
   std::string job_token;              // ZT_JOB_TOKEN, the same for every rank of the job
   std::string log_prefix;  // "DIR/<timestamp>" for --enable_each_rank_log; empty: no logs
   std::vector<std::vector<int>> rank_cpus;  // per local rank (--bind_cores_to_rank); or empty
+  bool prefix_output = false;               // relay output as "[rank R] " lines
 };
 
 // One ProcessSpec per slot of node `node_rank`, labelled "rank R".

@@ -8,14 +8,12 @@
 #include <cstring>
 
 #include "zt/core/assert.h"
+#include "zt/launcher/mpi_runner.h"
 #include "zt/launcher/rank_plan.h"
+#include "zt/launcher/ssh_runner.h"
 
 namespace zt::launcher {
 namespace {
-
-// DeepSpeed's multi-node runners (deepspeed/launcher/constants.py), not yet implemented here.
-constexpr const char* kMultiNodeRunners[] = {"pdsh",  "openmpi", "mvapich",
-                                             "slurm", "mpich",   "impi"};
 
 class LocalRunner final : public Runner {
  public:
@@ -28,7 +26,7 @@ class LocalRunner final : public Runner {
                         .world = job.world,
                         .node_rank = 0,
                         .base_env = job.base_env,
-                        .exec_path = job.exec_path,
+                        .program = job.program,
                         .job_token = job.job_token,
                         .log_prefix = job.log_prefix,
                         .rank_cpus = job.rank_cpus};
@@ -76,19 +74,11 @@ Result<std::unique_ptr<Runner>> runner_create(std::string_view name) {
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (lower == kLocalLauncher) return std::unique_ptr<Runner>(new LocalRunner());
-  for (const char* multi : kMultiNodeRunners) {
-    if (lower == multi) {
-      return invalid_argument(
-          "--launcher {}: not yet supported. Multi-node runners (pdsh, openmpi, mvapich, slurm, "
-          "mpich, impi) are a later ZeroTrain feature; on one machine leave --launcher out (or "
-          "pass --launcher local)",
-          name);
-    }
-  }
+  if (lower == "ssh") return ssh_runner_new();
+  if (lower == "pdsh") return pdsh_runner_new();
+  if (is_mpi_runner(lower)) return mpi_runner_create(lower);
   return invalid_argument(
-      "Unknown launcher {} (--launcher local runs the ranks of this machine; "
-      "pdsh, openmpi, mvapich, slurm, mpich and impi will come with "
-      "multi-node support)",
+      "Unknown launcher {} (choose from local, ssh, pdsh, openmpi, mpich, impi, mvapich, slurm)",
       name);
 }
 

@@ -2,6 +2,9 @@
 // main() so that the same flags fail with the same complaint; messages add what to do instead.
 #include "zt/launcher/world.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,10 +18,6 @@
 
 namespace zt::launcher {
 namespace {
-
-constexpr const char* kMultiNodeLater =
-    "multi-node launching (ssh/pdsh/openmpi/slurm runners) is a later ZeroTrain feature; "
-    "zt launch runs the ranks of one machine for now";
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -55,15 +54,6 @@ std::vector<int> slots_first(int n) {
   std::vector<int> s(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) s[static_cast<size_t>(i)] = i;
   return s;
-}
-
-std::string names_join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
 }
 
 // No hostfile: this machine's GPUs, honouring CUDA_VISIBLE_DEVICES as DeepSpeed does.
@@ -117,7 +107,49 @@ MachineProbe machine_probe_local() {
     size_t dot = full.find('.');
     if (dot != std::string::npos && dot > 0) probe.local_host_names.push_back(full.substr(0, dot));
   }
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr) continue;
+      char text[INET6_ADDRSTRLEN] = {};
+      const int family = a->ifa_addr->sa_family;
+      const void* addr = nullptr;
+      if (family == AF_INET) addr = &reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr;
+      if (family == AF_INET6) addr = &reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr;
+      if (addr != nullptr && inet_ntop(family, addr, text, sizeof(text)) != nullptr) {
+        probe.local_addresses.emplace_back(text);
+      }
+    }
+    freeifaddrs(list);
+  }
   return probe;
+}
+
+std::string local_address_first() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string v4;
+  std::string v6;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (a->ifa_addr->sa_family == AF_INET && v4.empty()) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+      if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) v4 = text;
+    } else if (a->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ifa_addr);
+      if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) continue;
+      if (inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text)) != nullptr) v6 = text;
+    }
+  }
+  freeifaddrs(list);
+  return v4.empty() ? v6 : v4;
+}
+
+bool world_multi_node(const WorldInfo& world, const LaunchOptions& options) {
+  if (options.force_multi || world.hosts.size() > 1) return true;
+  return !world.local.empty() && !world.local.front();
 }
 
 Result<WorldInfo> world_discover(const LaunchOptions& o, const MachineProbe& probe) {
@@ -127,12 +159,6 @@ Result<WorldInfo> world_discover(const LaunchOptions& o, const MachineProbe& pro
         "--num_procs {} (CPU ranks) and --num_gpus {} (GPU ranks) exclude each "
         "other; pass one of them",
         o.num_procs, o.num_gpus);
-  }
-  if (o.num_procs > 0 && o.hostfile_given) {
-    return invalid_argument(
-        "--num_procs {} and --hostfile {} both say how many ranks to run; pass "
-        "one of them",
-        o.num_procs, o.hostfile);
   }
   if ((o.num_nodes >= 0 || o.num_gpus >= 0 || o.num_procs >= 0) && filtered) {
     return invalid_argument(
@@ -149,11 +175,18 @@ Result<WorldInfo> world_discover(const LaunchOptions& o, const MachineProbe& pro
   WorldInfo world;
   Resources pool;
   std::string pool_source = "this machine";
-  if (o.num_procs > 0) {
+  if (o.num_procs > 0 && !o.hostfile_given) {
     if (o.num_nodes > 1) {
-      return invalid_argument("--num_nodes {} with --num_procs: {}", o.num_nodes, kMultiNodeLater);
+      return invalid_argument(
+          "Num nodes is >1 but no extra nodes available via hostfile (--num_nodes {} with "
+          "--num_procs: pass -H HOSTFILE too to run --num_procs CPU ranks on each of its hosts)",
+          o.num_nodes);
     }
     pool = {HostSlots{.host = "localhost", .slots = slots_first(o.num_procs)}};
+    world.kind = SlotKind::kCpu;
+  } else if (o.num_procs > 0) {
+    ZT_ASSIGN_OR_RETURN(pool, hostfile_read(o.hostfile));
+    pool_source = "hostfile " + o.hostfile;
     world.kind = SlotKind::kCpu;
   } else {
     std::error_code ec;
@@ -166,8 +199,8 @@ Result<WorldInfo> world_discover(const LaunchOptions& o, const MachineProbe& pro
       if (o.num_nodes > 1) {
         return invalid_argument(
             "Num nodes is >1 but no extra nodes available via hostfile "
-            "(--num_nodes {}; {})",
-            o.num_nodes, kMultiNodeLater);
+            "(--num_nodes {}: pass -H HOSTFILE listing the machines)",
+            o.num_nodes);
       }
       ZT_ASSIGN_OR_RETURN(pool, gpu_pool(o, probe));
     }
@@ -178,42 +211,38 @@ Result<WorldInfo> world_discover(const LaunchOptions& o, const MachineProbe& pro
   if (o.num_nodes > 0 && static_cast<size_t>(o.num_nodes) < active.size()) {
     active.resize(static_cast<size_t>(o.num_nodes));
   }
-  if (o.num_nodes > 1) {
-    return invalid_argument("--num_nodes {}: {}", o.num_nodes, kMultiNodeLater);
+  if (o.num_nodes > 0 && static_cast<size_t>(o.num_nodes) > active.size()) {
+    return invalid_argument("--num_nodes {} but the {} lists {} host(s); pass at most {}",
+                            o.num_nodes, pool_source, active.size(), active.size());
   }
-  if (o.num_gpus > 0) {
+  const int per_host = o.num_gpus > 0 ? o.num_gpus : (o.hostfile_given ? o.num_procs : -1);
+  if (per_host > 0) {
+    const char* flag = o.num_gpus > 0 ? "--num_gpus" : "--num_procs";
     for (HostSlots& h : active) {
-      if (static_cast<size_t>(o.num_gpus) > h.slots.size()) {
+      if (static_cast<size_t>(per_host) > h.slots.size()) {
         return invalid_argument(
-            "--num_gpus {} but host {} has {} slot(s) in the {}; pass at most "
+            "{} {} but host {} has {} slot(s) in the {}; pass at most "
             "{}",
-            o.num_gpus, h.host, h.slots.size(), pool_source, h.slots.size());
+            flag, per_host, h.host, h.slots.size(), pool_source, h.slots.size());
       }
-      h.slots = slots_first(o.num_gpus);
+      h.slots = slots_first(per_host);
     }
   }
   if (resources_slot_count(active) == 0) {
     return invalid_argument("no slot is left to run a rank on ({}, after --include/--exclude)",
                             pool_source);
   }
-  if (active.size() > 1) {
-    std::vector<std::string> names;
-    for (const HostSlots& h : active) names.push_back(h.host);
-    return invalid_argument(
-        "the {} selects {} hosts ({}): {}. Keep one host, e.g. --include {} "
-        "or --num_nodes 1",
-        pool_source, active.size(), names_join(names), kMultiNodeLater, active.front().host);
-  }
-  const std::string& host = active.front().host;
-  const auto& local = probe.local_host_names;
-  if (std::find(local.begin(), local.end(), host) == local.end()) {
-    return invalid_argument(
-        "host '{}' in the {} is not this machine (known here as {}): {}. For "
-        "this machine write 'localhost slots=N'",
-        host, pool_source, names_join(local), kMultiNodeLater);
+  const auto& names = probe.local_host_names;
+  const auto& addresses = probe.local_addresses;
+  for (const HostSlots& h : active) {
+    world.local.push_back(std::find(names.begin(), names.end(), h.host) != names.end() ||
+                          std::find(addresses.begin(), addresses.end(), h.host) != addresses.end());
   }
   world.hosts = std::move(active);
-  world.master_addr = o.master_addr.empty() ? "127.0.0.1" : o.master_addr;
+  world.master_addr = o.master_addr;
+  if (world.master_addr.empty() && world.hosts.size() == 1 && world.local.front()) {
+    world.master_addr = "127.0.0.1";
+  }
   return world;
 }
 

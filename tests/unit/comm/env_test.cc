@@ -1,6 +1,6 @@
 // Tests of the launcher-environment parser (src/zt/comm/env.h): the variables each launcher sets
-// (deepspeed/torchrun, mpirun, srun), as their documentation lists them, and the errors that name
-// the variable at fault.
+// (deepspeed/torchrun, Open MPI's, MVAPICH's and MPICH/Intel MPI hydra's mpirun, srun), as their
+// documentation lists them, and the errors that name the variable at fault.
 #include "zt/comm/env.h"
 
 #include <gtest/gtest.h>
@@ -217,6 +217,116 @@ TEST(DistEnv, JobToken) {
   Result<DistEnv> c = parse({{"ZT_JOB_TOKEN", "job-42"}});
   ASSERT_TRUE(c.is_ok());
   EXPECT_EQ(c->job_token, "job-42");
+}
+
+// MPICH's and Intel MPI's hydra give every rank PMI_RANK, PMI_SIZE, MPI_LOCALRANKID and
+// MPI_LOCALNRANKS; DeepSpeed's mpich runner adds -genv
+// MASTER_ADDR/MASTER_PORT/WORLD_SIZE/LOCAL_SIZE.
+TEST(DistEnv, MpichHydraVariables) {
+  Result<DistEnv> env = parse({{"PMI_RANK", "3"},
+                               {"PMI_SIZE", "4"},
+                               {"MPI_LOCALRANKID", "1"},
+                               {"MPI_LOCALNRANKS", "2"},
+                               {"WORLD_SIZE", "4"},
+                               {"LOCAL_SIZE", "2"},
+                               {"MASTER_ADDR", "10.0.0.1"},
+                               {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(env.is_ok()) << env.status().message();
+  EXPECT_EQ(env->rank, 3);
+  EXPECT_EQ(env->world_size, 4);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->local_size, 2);
+  EXPECT_EQ(env->master_addr, "10.0.0.1");
+  EXPECT_EQ(env->master_port, 29500);
+  EXPECT_EQ(env->source, DistSource::kPmi);
+}
+
+TEST(DistEnv, MvapichVariables) {
+  Result<DistEnv> env = parse({{"MV2_COMM_WORLD_RANK", "2"},
+                               {"MV2_COMM_WORLD_SIZE", "4"},
+                               {"MV2_COMM_WORLD_LOCAL_RANK", "0"},
+                               {"MV2_COMM_WORLD_LOCAL_SIZE", "2"},
+                               // MVAPICH's hydra sets these too; MV2_* win
+                               {"PMI_RANK", "2"},
+                               {"PMI_SIZE", "4"},
+                               {"MASTER_ADDR", "n0"},
+                               {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(env.is_ok()) << env.status().message();
+  EXPECT_EQ(env->rank, 2);
+  EXPECT_EQ(env->world_size, 4);
+  EXPECT_EQ(env->local_rank, 0);
+  EXPECT_EQ(env->local_size, 2);
+  EXPECT_EQ(env->source, DistSource::kMvapich);
+}
+
+TEST(DistEnv, MpiRanksNeedMasterAddrAndPortNamed) {
+  const Vars pmi = {
+      {"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "2"}};
+  Vars no_addr = pmi;
+  no_addr["MASTER_PORT"] = "29500";
+  Result<DistEnv> env = parse(no_addr);
+  ASSERT_FALSE(env.is_ok());
+  EXPECT_NE(env.status().message().find("MASTER_ADDR is not set"), std::string::npos)
+      << env.status().message();
+  Vars no_port = pmi;
+  no_port["MASTER_ADDR"] = "h";
+  env = parse(no_port);
+  ASSERT_FALSE(env.is_ok());
+  EXPECT_NE(env.status().message().find("MASTER_PORT is not set"), std::string::npos);
+  Vars mv2 = {{"MV2_COMM_WORLD_RANK", "1"},
+              {"MV2_COMM_WORLD_SIZE", "2"},
+              {"MV2_COMM_WORLD_LOCAL_RANK", "1"},
+              {"MV2_COMM_WORLD_LOCAL_SIZE", "2"},
+              {"MASTER_PORT", "1"}};
+  env = parse(mv2);
+  ASSERT_FALSE(env.is_ok());
+  EXPECT_NE(env.status().message().find("MASTER_ADDR"), std::string::npos);
+  // A world of one needs neither.
+  env = parse(
+      {{"PMI_RANK", "0"}, {"PMI_SIZE", "1"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "1"}});
+  ASSERT_TRUE(env.is_ok()) << env.status().message();
+  EXPECT_EQ(env->world_size, 1);
+}
+
+TEST(DistEnv, ExportedWorldSizeMustAgreeWithTheMpi) {
+  Result<DistEnv> env = parse({{"PMI_RANK", "0"},
+                               {"PMI_SIZE", "4"},
+                               {"MPI_LOCALRANKID", "0"},
+                               {"MPI_LOCALNRANKS", "2"},
+                               {"WORLD_SIZE", "8"},
+                               {"MASTER_ADDR", "h"},
+                               {"MASTER_PORT", "1"}});
+  ASSERT_FALSE(env.is_ok());
+  EXPECT_NE(env.status().message().find("WORLD_SIZE=8"), std::string::npos);
+  EXPECT_NE(env.status().message().find("PMI_SIZE=4"), std::string::npos);
+}
+
+// srun's PMI plugins set PMI_RANK without hydra's MPI_LOCALRANKID: SLURM's numbering is read.
+// Under hydra inside a SLURM allocation the proxies are srun tasks, so hydra's numbering wins.
+TEST(DistEnv, PmiUnderSrunAndHydraUnderSlurm) {
+  Result<DistEnv> srun = parse({{"PMI_RANK", "1"},
+                                {"PMI_SIZE", "2"},
+                                {"SLURM_PROCID", "1"},
+                                {"SLURM_NTASKS", "2"},
+                                {"SLURM_LOCALID", "1"},
+                                {"SLURM_NTASKS_PER_NODE", "2"},
+                                {"SLURM_NODELIST", "n1"},
+                                {"MASTER_PORT", "1"}});
+  ASSERT_TRUE(srun.is_ok()) << srun.status().message();
+  EXPECT_EQ(srun->source, DistSource::kSlurm);
+  Result<DistEnv> hydra = parse({{"PMI_RANK", "3"},
+                                 {"PMI_SIZE", "4"},
+                                 {"MPI_LOCALRANKID", "1"},
+                                 {"MPI_LOCALNRANKS", "2"},
+                                 {"SLURM_PROCID", "1"},
+                                 {"SLURM_NTASKS", "2"},
+                                 {"SLURM_LOCALID", "0"},
+                                 {"SLURM_NTASKS_PER_NODE", "1"},
+                                 {"MASTER_ADDR", "n0"},
+                                 {"MASTER_PORT", "1"}});
+  ASSERT_TRUE(hydra.is_ok()) << hydra.status().message();
+  EXPECT_EQ(hydra->source, DistSource::kPmi);
+  EXPECT_EQ(hydra->rank, 3);
 }
 
 TEST(DistEnv, SlurmSingleHost) {

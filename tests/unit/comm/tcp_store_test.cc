@@ -7,6 +7,8 @@
 
 #include "common/test_util.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -197,6 +199,36 @@ TEST(TcpStoreServer, BindsTheJobsAddressNotEveryInterface) {
                               .timeout = std::chrono::seconds(5)});
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   EXPECT_TRUE((*c)->set("k", "v").is_ok());
+}
+
+// Rank 0 of a multi-node job serves on MASTER_ADDR, a non-loopback address of this machine; its
+// own client must reach the store there (it is not listening on 127.0.0.1).
+TEST(TcpStore, RankZeroReachesItsStoreOnANonLoopbackMasterAddr) {
+  ifaddrs* ifs = nullptr;
+  ASSERT_EQ(getifaddrs(&ifs), 0);
+  std::string addr;
+  for (ifaddrs* i = ifs; i != nullptr && addr.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+    if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+    addr = text;
+  }
+  freeifaddrs(ifs);
+  if (addr.empty()) GTEST_SKIP() << "this machine has no non-loopback IPv4 address";
+  auto s = TcpStore::connect({.host = addr,
+                              .port = 0,
+                              .token = "job",
+                              .timeout = 5s,
+                              .rank = 0,
+                              .role = StoreRole::kServerAndClient});
+  ASSERT_TRUE(s.is_ok()) << s.status().message();
+  EXPECT_EQ((*s)->address(), addr + ":" + std::to_string((*s)->port()));
+  ASSERT_TRUE((*s)->set("k", "v").is_ok());
+  auto other = TcpStore::connect({.host = addr, .port = (*s)->port(), .token = "job", .timeout = 5s});
+  ASSERT_TRUE(other.is_ok()) << other.status().message();
+  EXPECT_EQ(text((*other)->get("k")), "v");
 }
 
 // A connection that sends half a frame and then nothing is closed by the server (10 s), while a

@@ -105,20 +105,46 @@ TEST(LauncherOptions, Errors) {
   EXPECT_NE(parse_error({"--save_pid=1", "p"}).find("switch"), std::string::npos);
 }
 
-TEST(LauncherOptions, ModuleIsRefusedWithAWayOut) {
-  std::string m = parse_error({"--module", "pkg.train"});
-  EXPECT_NE(m.find("--no_python"), std::string::npos) << m;
-  EXPECT_NE(m.find("python -u -m"), std::string::npos) << m;
-}
-
-TEST(LauncherOptions, MultiNodeFlagsSayTheyComeLater) {
-  for (const Args& a : {Args{"--no_ssh", "p"}, Args{"--node_rank", "1", "p"},
-                        Args{"--force_multi", "p"}, Args{"--launcher_args", "-x", "p"}}) {
-    std::string m = parse_error(a);
-    EXPECT_NE(m.find("multi-node"), std::string::npos) << a[0] << ": " << m;
-  }
+TEST(LauncherOptions, MultiNodeFlags) {
+  // DeepSpeed's multi-node flags (reference §5); --launcher_args is split as shlex.split.
+  LaunchOptions o = parse_ok({"--no_ssh", "--node_rank=1", "--force_multi", "--ssh_port", "2222",
+                              "--launcher_args", "-F '/a b/cfg' -o \"X=1 2\"", "--module",
+                              "pkg.train", "--lr", "1"});
+  EXPECT_TRUE(o.no_ssh);
+  EXPECT_EQ(o.node_rank, 1);
+  EXPECT_TRUE(o.force_multi);
+  EXPECT_EQ(o.ssh_port, 2222);
+  EXPECT_EQ(o.launcher_args, (std::vector<std::string>{"-F", "/a b/cfg", "-o", "X=1 2"}));
+  EXPECT_TRUE(o.module);
+  EXPECT_EQ(o.program, "pkg.train");
+  EXPECT_EQ(o.program_args, (std::vector<std::string>{"--lr", "1"}));
+  // --no_ssh needs --node_rank; --node_rank alone belongs to --no_ssh.
+  EXPECT_NE(parse_error({"--no_ssh", "p"}).find("--node_rank"), std::string::npos);
+  EXPECT_NE(parse_error({"--node_rank", "1", "p"}).find("--no_ssh"), std::string::npos);
+  EXPECT_NE(parse_error({"--ssh_port", "0", "p"}).find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error({"--launcher_args", "'open", "p"}).find("--launcher_args"),
+            std::string::npos);
   EXPECT_NE(parse_error({"--autotuning", "tune2", "p"}).find("invalid choice"), std::string::npos);
   EXPECT_NE(parse_error({"--elastic_training", "p"}).find("not supported"), std::string::npos);
+}
+
+TEST(LauncherOptions, NodeLauncherFlagsAreHiddenButParsed) {
+  LaunchOptions o = parse_ok({"--node_rank=1", "--world_info=e30=", "--master_addr=10.0.0.1",
+                              "--zt_job_token=ab", "--zt_slot_kind=cpu", "--zt_link_stdin",
+                              "--zt_prefix_output", "--", "p"});
+  EXPECT_EQ(o.world_info, "e30=");
+  EXPECT_EQ(o.job_token, "ab");
+  EXPECT_EQ(o.slot_kind, "cpu");
+  EXPECT_TRUE(o.link_stdin);
+  EXPECT_TRUE(o.prefix_output);
+  EXPECT_EQ(o.program, "p");
+  EXPECT_NE(parse_error({"--zt_slot_kind=tpu", "p"}).find("invalid choice"), std::string::npos);
+  // The pre-flight responder needs no PROGRAM.
+  EXPECT_EQ(parse_ok({"--zt_preflight=a,1,cpu,2,none"}).preflight, "a,1,cpu,2,none");
+  const std::string usage = launch_usage();
+  EXPECT_EQ(usage.find("--zt_"), std::string::npos);
+  EXPECT_EQ(usage.find("--world_info"), std::string::npos);
+  EXPECT_NE(usage.find("--launcher_args"), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // kernel as the oracle: after wait() no child of this process is left (/proc), nor a grandchild.
 #include "zt/launcher/process_group.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
@@ -334,6 +335,110 @@ TEST(LauncherEnv, SetReplacesAndFindReads) {
   EXPECT_EQ(env_find(env, "AB"), "2");
   EXPECT_EQ(env_find(env, "B"), "");
   EXPECT_EQ(env_find(env, "Z"), std::nullopt);
+}
+
+
+// The node side of the master -> node link (multi-node): EOF on the link stops every process at
+// once; so does silence past the timeout; bytes that keep coming keep the group running.
+TEST(LauncherProcessGroupLink, EofOnTheLinkStopsTheGroup) {
+  int link[2];
+  ASSERT_EQ(pipe2(link, O_CLOEXEC), 0);  // the processes must not hold the write end
+  ProcessGroupOptions options{.grace = std::chrono::milliseconds(2000)};
+  options.link_fd = link[0];
+  options.link_timeout = std::chrono::milliseconds(5000);
+  Result<std::unique_ptr<ProcessGroup>> group =
+      ProcessGroup::start({sleep_spec("rank 0"), sleep_spec("rank 1")}, options);
+  ASSERT_TRUE(group.is_ok()) << group.status().message();
+  const std::vector<pid_t> pids = (*group)->pids();
+  std::thread closer([&] {
+    for (int i = 0; i < 3; ++i) {  // a few beats, then the master is gone
+      ASSERT_EQ(write(link[1], ".", 1), 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    close(link[1]);
+  });
+  auto t0 = Clock::now();
+  GroupResult r = (*group)->wait();
+  closer.join();
+  EXPECT_EQ(r.end, GroupEnd::kLinkLost);
+  EXPECT_TRUE(r.link_eof);
+  EXPECT_EQ(r.exit_code, kLinkLostExitCode);
+  EXPECT_EQ(r.stopped, 2);
+  EXPECT_LT(seconds_since(t0), 2.0);  // EOF is acted on at once, not after the 5 s timeout
+  for (pid_t pid : pids) EXPECT_TRUE(process_gone(pid));
+  close(link[0]);
+}
+
+TEST(LauncherProcessGroupLink, SilenceOnTheLinkStopsTheGroupAfterTheTimeout) {
+  int link[2];
+  ASSERT_EQ(pipe2(link, O_CLOEXEC), 0);  // the processes must not hold the write end  // the write end stays open and silent: a cut network
+  ProcessGroupOptions options{.grace = std::chrono::milliseconds(2000)};
+  options.link_fd = link[0];
+  options.link_timeout = std::chrono::milliseconds(600);
+  Result<std::unique_ptr<ProcessGroup>> group = ProcessGroup::start({sleep_spec("rank 0")}, options);
+  ASSERT_TRUE(group.is_ok());
+  auto t0 = Clock::now();
+  GroupResult r = (*group)->wait();
+  const double took = seconds_since(t0);
+  EXPECT_EQ(r.end, GroupEnd::kLinkLost);
+  EXPECT_FALSE(r.link_eof);
+  EXPECT_GE(r.link_silent_s, 0.6);
+  EXPECT_GE(took, 0.55);
+  EXPECT_LT(took, 3.0);
+  close(link[0]);
+  close(link[1]);
+}
+
+// The master side: a process on a stdin link reads a byte about every second, is stopped by EOF
+// on it (not by a signal), and its relayed output comes back whole, prefixed, and a failure
+// marker on its stderr ends the group at once as its failure.
+TEST(LauncherProcessGroupLink, StdinLinkBeatsAndClosesAndMarkerEndsTheGroup) {
+  char dir_template[] = "/tmp/zt_pg_link_XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  // Node 0 counts the bytes it reads until EOF, then writes the count and exits 0; it ignores
+  // SIGTERM, so only the link can stop it.
+  ProcessSpec node0 = sh_spec("node 0", "trap '' TERM; n=0; while IFS= read -r -n1 c 2>/dev/null || "
+                                        "[ -n \"$c\" ]; do n=$((n+1)); done; echo $n > " + dir +
+                                        "/count; exit 0");
+  node0.exec_path = "/bin/bash";
+  node0.argv[0] = "bash";
+  node0.stdin_link = true;
+  ProcessSpec node1 = sh_spec("node 1", "sleep 2.2; printf 'partial'; sleep 0.1; echo ' out'; "
+                                        "echo 'MARK rank=3' >&2; exec sleep 60");
+  node1.stdin_link = true;
+  node1.relay_prefix = "";
+  ProcessGroupOptions options{.grace = std::chrono::milliseconds(3000)};
+  options.failure_marker = "MARK ";
+  // The relayed line goes to this process's stdout: capture it.
+  fflush(stdout);
+  int saved = dup(STDOUT_FILENO);
+  int cap[2];
+  ASSERT_EQ(pipe(cap), 0);
+  dup2(cap[1], STDOUT_FILENO);
+  close(cap[1]);
+  Result<std::unique_ptr<ProcessGroup>> group = ProcessGroup::start({node0, node1}, options);
+  ASSERT_TRUE(group.is_ok()) << group.status().message();
+  GroupResult r = (*group)->wait();
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  std::string captured;
+  char buf[256];
+  ssize_t n = 0;
+  fcntl(cap[0], F_SETFL, O_NONBLOCK);
+  while ((n = read(cap[0], buf, sizeof(buf))) > 0) captured.append(buf, static_cast<size_t>(n));
+  close(cap[0]);
+  EXPECT_EQ(r.end, GroupEnd::kProcessFailed);
+  EXPECT_TRUE(r.reported);
+  EXPECT_EQ(r.failure.index, 1);
+  EXPECT_EQ(r.marker, "MARK rank=3");
+  EXPECT_EQ((*group)->marker(1), "MARK rank=3");
+  EXPECT_EQ(captured, "partial out\n");
+  // Node 0 saw EOF (it ignores SIGTERM, yet wrote its count and ended) after 2-3 beats.
+  const std::string count = file_read(dir + "/count");
+  ASSERT_FALSE(count.empty());
+  EXPECT_GE(std::stoi(count), 2);
+  EXPECT_LE(std::stoi(count), 4);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

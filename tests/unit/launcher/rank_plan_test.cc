@@ -50,7 +50,7 @@ TEST(LauncherRankPlan, SpawnedRanksSeeDeepSpeedsEnvironment) {
                     .world = &world,
                     .node_rank = 0,
                     .base_env = base,
-                    .exec_path = script,
+                    .program = ProgramCommand{.exec_path = script, .argv = {o.program}},
                     .job_token = token,
                     .log_prefix = dir + "/20250101000000",
                     .rank_cpus = {}};
@@ -99,7 +99,7 @@ TEST(LauncherRankPlan, CpuRanksKeepCudaVisibleDevicesAndNoLocalRankDropsTheFlag)
                     .world = &world,
                     .node_rank = 0,
                     .base_env = base,
-                    .exec_path = "/bin/prog",
+                    .program = ProgramCommand{.exec_path = "/bin/prog", .argv = {o.program}},
                     .job_token = "t",
                     .log_prefix = "",
                     .rank_cpus = {{0, 1}, {2, 3}}};
@@ -127,7 +127,7 @@ TEST(LauncherRankPlan, SecondNodeOfUnevenWorld) {
                     .world = &world,
                     .node_rank = 1,
                     .base_env = {},
-                    .exec_path = "/p",
+                    .program = ProgramCommand{.exec_path = "/p", .argv = {o.program}},
                     .job_token = "t",
                     .log_prefix = "",
                     .rank_cpus = {}};

@@ -174,40 +174,72 @@ TEST(LauncherWorld, GivenHostfileMustExist) {
             std::string::npos);
 }
 
-TEST(LauncherWorld, RemoteHostsAreALaterFeature) {
+TEST(LauncherWorld, ARemoteHostIsAMultiNodeJob) {
   HostfileTemp hf("worker-7 slots=2\n");
   LaunchOptions o = options_no_hostfile();
   o.hostfile = hf.path();
   o.hostfile_given = true;
-  std::string m = discover_error(o, probe_with(0));
-  EXPECT_NE(m.find("worker-7"), std::string::npos) << m;
-  EXPECT_NE(m.find("multi-node"), std::string::npos) << m;
+  WorldInfo w = discover_ok(o, probe_with(0));
+  EXPECT_EQ(w.hosts, (Resources{{"worker-7", {0, 1}}}));
+  EXPECT_EQ(w.local, (std::vector<bool>{false}));
+  EXPECT_TRUE(w.master_addr.empty());  // the runner asks worker-7 (`hostname -I`)
+  EXPECT_TRUE(world_multi_node(w, o));
 }
 
-TEST(LauncherWorld, SeveralHostsAreALaterFeatureUnlessFilteredToOne) {
-  HostfileTemp hf("localhost slots=2\nworker-1 slots=2\n");
+TEST(LauncherWorld, SeveralHostsInHostfileOrderAndFilters) {
+  // DeepSpeed: hosts keep the hostfile's order (it fixes the ranks); -i/-e and --num_nodes pick.
+  HostfileTemp hf("worker-1 slots=2\nlocalhost slots=4\n10.0.0.9 slots=1\n");
   LaunchOptions o = options_no_hostfile();
   o.hostfile = hf.path();
   o.hostfile_given = true;
-  EXPECT_NE(discover_error(o, probe_with(0)).find("multi-node"), std::string::npos);
-  o.include = "localhost:1";
-  EXPECT_EQ(discover_ok(o, probe_with(0)).hosts, (Resources{{"localhost", {1}}}));
+  MachineProbe p = probe_with(0);
+  p.local_addresses = {"127.0.0.1", "10.0.0.9"};
+  WorldInfo w = discover_ok(o, p);
+  EXPECT_EQ(w.hosts,
+            (Resources{{"worker-1", {0, 1}}, {"localhost", {0, 1, 2, 3}}, {"10.0.0.9", {0}}}));
+  EXPECT_EQ(w.local, (std::vector<bool>{false, true, true}));  // a name, then an address of it
+  EXPECT_EQ(w.kind, SlotKind::kGpu);
+  EXPECT_TRUE(world_multi_node(w, o));
+  o.include = "localhost:1,3@worker-1:0";
+  EXPECT_EQ(discover_ok(o, p).hosts, (Resources{{"worker-1", {0}}, {"localhost", {1, 3}}}));
+  o.include = "";
+  o.exclude = "worker-1";
+  EXPECT_EQ(discover_ok(o, p).hosts, (Resources{{"localhost", {0, 1, 2, 3}}, {"10.0.0.9", {0}}}));
   LaunchOptions n = options_no_hostfile();
   n.hostfile = hf.path();
   n.hostfile_given = true;
-  n.num_nodes = 1;
-  EXPECT_EQ(discover_ok(n, probe_with(0)).hosts, (Resources{{"localhost", {0, 1}}}));
+  n.num_nodes = 2;
+  n.num_gpus = 1;
+  EXPECT_EQ(discover_ok(n, p).hosts, (Resources{{"worker-1", {0}}, {"localhost", {0}}}));
+  n.num_nodes = 4;
+  EXPECT_NE(discover_error(n, p).find("lists 3 host(s)"), std::string::npos);
+  // Filtered to this machine alone: one local host, not multi-node, 127.0.0.1.
+  LaunchOptions one = options_no_hostfile();
+  one.hostfile = hf.path();
+  one.hostfile_given = true;
+  one.include = "localhost";
+  WorldInfo w1 = discover_ok(one, p);
+  EXPECT_FALSE(world_multi_node(w1, one));
+  EXPECT_EQ(w1.master_addr, "127.0.0.1");
+  one.force_multi = true;
+  EXPECT_TRUE(world_multi_node(w1, one));
 }
 
-TEST(LauncherWorld, NumProcsConflicts) {
+TEST(LauncherWorld, NumProcsWithAHostfileMeansCpuRanksOnEachHost) {
+  HostfileTemp hf("a slots=4\nb slots=2\n");
   LaunchOptions o = options_no_hostfile();
+  o.hostfile = hf.path();
+  o.hostfile_given = true;
   o.num_procs = 2;
-  o.num_gpus = 2;
-  EXPECT_NE(discover_error(o, probe_with(2)).find("exclude each other"), std::string::npos);
-  LaunchOptions h = options_no_hostfile();
-  h.num_procs = 2;
-  h.hostfile_given = true;
-  EXPECT_NE(discover_error(h, probe_with(2)).find("--hostfile"), std::string::npos);
+  WorldInfo w = discover_ok(o, probe_with(0));
+  EXPECT_EQ(w.hosts, (Resources{{"a", {0, 1}}, {"b", {0, 1}}}));
+  EXPECT_EQ(w.kind, SlotKind::kCpu);
+  o.num_procs = 3;  // more than b's slots=2
+  EXPECT_NE(discover_error(o, probe_with(0)).find("host b has 2 slot(s)"), std::string::npos);
+  LaunchOptions c = options_no_hostfile();
+  c.num_procs = 2;
+  c.num_gpus = 2;
+  EXPECT_NE(discover_error(c, probe_with(2)).find("exclude each other"), std::string::npos);
 }
 
 TEST(LauncherWorld, ExcludingEverythingIsAnError) {

@@ -117,7 +117,10 @@ Result<std::unique_ptr<TcpStore>> TcpStore::connect(const TcpStoreOptions& optio
   if (options.role == StoreRole::kServerAndClient) {
     ZT_ASSIGN_OR_RETURN(store->server_, TcpStoreServer::start(options.port, options.token, options.host));
     store->options_.port = store->server_->port();
-    store->options_.host = "127.0.0.1";  // the server is this process; skip name resolution
+    // The server is this process: connect to the address it bound (MASTER_ADDR's, which need
+    // not be loopback on a multi-node job), or loopback when it serves every interface.
+    const std::string& bound = store->server_->bound_address();
+    store->options_.host = bound == "*" ? "127.0.0.1" : bound;
   }
   std::lock_guard<std::mutex> lock(store->mu_);
   ZT_RETURN_IF_ERROR(store->connect_locked(Clock::now() + options.timeout));
