@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages ZeroTrain builds against, if any are missing, and says which.
 # Nothing else is downloaded. The CUDA toolkit is optional: with nvcc at /usr/local/cuda (or on
-# PATH) the CUDA code is built too.
+# PATH) the CUDA code is built too. The multi-node launcher tests (tests/netns) also need sshd and
+# ssh, `ip netns` and `ss` (iproute2), Open MPI's mpirun, pdsh, pgrep (procps) and
+# libfaketime (a node whose clock is off).
 set -euo pipefail
 
 packages=(cmake g++ ninja-build pkg-config nlohmann-json3-dev libfmt-dev libopenblas-dev
           libgtest-dev libgmock-dev libgloo-dev libxxhash-dev python3
-          libpcre2-dev libutf8proc-dev zlib1g-dev libzstd-dev)
+          libpcre2-dev libutf8proc-dev zlib1g-dev libzstd-dev
+          openssh-server openssh-client iproute2 openmpi-bin pdsh procps libfaketime)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -361,7 +361,10 @@ Status preflight_run(const PreflightInputs& in) {
   std::unique_ptr<PortListener> listener;
   if (master_here) {
     Status s = master_port_check(o.master_port);
-    if (!s.is_ok()) return s;
+    if (!s.is_ok()) {
+      return invalid_argument("multi-node pre-flight: host {} (the master): {}",
+                              world.hosts.front().host, s.message());
+    }
     listener = std::make_unique<PortListener>(o.master_port);
   }
   if (o.no_ssh_check) return Status::ok();
@@ -390,6 +393,13 @@ Status preflight_run(const PreflightInputs& in) {
       problem(h.host, fmt::format("no answer within {:.0f} s (is it up and reachable? try `ssh {} "
                                   "true`)",
                                   kPreflightTimeoutS, h.host));
+      continue;
+    }
+    if (!world.local[n] && a.exit_code == 255 &&
+        err.find("Could not resolve hostname") != std::string::npos) {
+      problem(h.host, fmt::format("the name does not resolve ({}); fix the host name in the "
+                                  "hostfile {}, or add it to /etc/hosts or DNS",
+                                  err, o.hostfile));
       continue;
     }
     if (!world.local[n] && a.exit_code == 255) {

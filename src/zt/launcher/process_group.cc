@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "zt/core/assert.h"
 #include "zt/core/log.h"
@@ -398,6 +399,7 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
   int signals_at_stop = 0;
   Clock::time_point deadline = Clock::time_point::max();
   Clock::time_point link_last = Clock::now();
+  std::optional<Clock::time_point> settle_until;
   auto stop_begin = [&] {
     stopping = true;
     result.stopped = static_cast<int>(std::count(running_.begin(), running_.end(), 1));
@@ -441,6 +443,7 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
       // error: those are usually its peers failing on the connection it dropped (they can only
       // exit after it died, so both land in the same pass or it comes first).
       if (e.failed()) ++result.failed;
+      if (!stopping && e.failed()) result.early_failures.push_back(e);
       if (!stopping && e.failed() &&
           (result.end != GroupEnd::kProcessFailed ||
            (e.term_signal != 0 && result.failure.term_signal == 0))) {
@@ -462,7 +465,15 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
             .index = marker_index_, .pid = pids_[m], .exit_code = 1, .term_signal = 0};
       }
     }
-    if (!stopping && result.end == GroupEnd::kProcessFailed) stop_begin();
+    if (!stopping && result.end == GroupEnd::kProcessFailed) {
+      // The first failure opens the settle window (failure_settle); the stop begins when it
+      // closes or nothing is left running.
+      if (!settle_until) settle_until = Clock::now() + options_.failure_settle;
+      if (Clock::now() >= *settle_until ||
+          std::find(running_.begin(), running_.end(), 1) == running_.end()) {
+        stop_begin();
+      }
+    }
     if (!stopping && options_.heartbeat_timeout.count() > 0) {
       if (const int quiet = heartbeats_poll(); quiet >= 0) {
         const Heartbeat& h = heartbeats_[static_cast<size_t>(quiet)];
@@ -538,6 +549,7 @@ GroupResult ProcessGroup::supervise(LoopStart start) {
   links_tick(/*close_all=*/true);
   handlers_restore();
   finished_ = true;
+  result.markers = markers_;
   switch (result.end) {
     case GroupEnd::kAllSucceeded:
       result.exit_code = 0;

@@ -67,6 +67,12 @@ struct ProcessGroupOptions {
   // one ends the group as that process's failure (GroupResult::reported), before it even exits:
   // how a node launcher tells the master which rank failed. Empty: no markers.
   std::string failure_marker{};
+  // After the first failure, how long to keep watching before stopping the others: a failure
+  // elsewhere often causes others within milliseconds (peers of a killed rank lose their
+  // connection), and the reports of processes farther away (over ssh) arrive later. Every
+  // failure and marker seen in the window is in GroupResult (early_failures, markers) for the
+  // caller to tell cause from consequence. 0: stop at once.
+  std::chrono::milliseconds failure_settle{0};
   // Called once when the group starts stopping, with what is known then (end, failure/silent,
   // stopped): a node launcher reports its failure at once, not after the grace.
   std::function<void(const GroupResult&)> on_stop{};
@@ -119,6 +125,10 @@ struct GroupResult {
   double link_silent_s = 0; // kLinkLost: seconds since the last byte
   // what the launcher exits with: 0, failure.shell_code(), 128+signal, 124 silent, 129 link lost
   int exit_code = 0;
+  // Every process's exit that failed before the stop began, in the order seen, and the last
+  // failure marker each process printed (empty: none), indexed like the specs.
+  std::vector<ProcessExit> early_failures{};
+  std::vector<std::string> markers{};
 };
 
 class ProcessGroup {

@@ -76,6 +76,10 @@ Result<Prepared> prepare(const LaunchJob& job, const std::string& ssh) {
   return p;
 }
 
+// How long the master keeps watching after the first failure before it stops the other nodes,
+// to tell which failure caused the others (SshRunner::cause).
+constexpr std::chrono::milliseconds kFailureSettle{1000};
+
 class SshRunner final : public Runner {
  public:
   std::string_view name() const override { return "ssh"; }
@@ -121,6 +125,7 @@ class SshRunner final : public Runner {
     ProcessGroupOptions group_options = job.group_options;
     group_options.heartbeat_timeout = std::chrono::milliseconds(0);  // nodes are not ranks
     group_options.failure_marker = kNodeFailureMarker;
+    group_options.failure_settle = kFailureSettle;
     ZT_ASSIGN_OR_RETURN(std::unique_ptr<ProcessGroup> group,
                         ProcessGroup::start(specs, group_options));
     GroupResult result = group->wait();
@@ -128,8 +133,44 @@ class SshRunner final : public Runner {
   }
 
  private:
-  static JobOutcome outcome(const WorldInfo& world, const GroupResult& result) {
+  // Which of the failures seen in the settle window caused the others. A rank killed by a
+  // signal (code > 128) or gone silent (124) is a cause: its peers on other nodes then fail on
+  // the connection it dropped, with plain error codes, often before its own report crosses ssh.
+  // Next a node lost (its ssh ended with 255 or by a signal without a report), then the first
+  // report, then the first failure.
+  static GroupResult cause(GroupResult r) {
+    if (r.end != GroupEnd::kProcessFailed) return r;
+    auto pick_marker = [&](size_t i) {
+      r.reported = true;
+      r.marker = r.markers[i];
+      r.failure = ProcessExit{.index = static_cast<int>(i), .pid = -1, .exit_code = 1};
+    };
+    for (size_t i = 0; i < r.markers.size(); ++i) {
+      std::optional<NodeFailure> f = node_failure_parse(r.markers[i]);
+      if (f && (f->code > 128 || f->code == kSilentExitCode)) {
+        pick_marker(i);
+        return r;
+      }
+    }
+    for (const ProcessExit& e : r.early_failures) {
+      const auto i = static_cast<size_t>(e.index);
+      const bool reported = i < r.markers.size() && !r.markers[i].empty();
+      if (!reported && (e.term_signal != 0 || e.exit_code == 255)) {
+        r.reported = false;
+        r.marker.clear();
+        r.failure = e;
+        return r;
+      }
+    }
+    return r;
+  }
+
+  static JobOutcome outcome(const WorldInfo& world, const GroupResult& group_result) {
+    const GroupResult result = cause(group_result);
     JobOutcome out{.exit_code = result.exit_code, .message = ""};
+    if (result.end == GroupEnd::kProcessFailed && !result.reported) {
+      out.exit_code = result.failure.shell_code();
+    }
     // A node that reported a failure was still running when the stop began: not an "other".
     const int others = result.stopped > 0 ? result.stopped - 1 : 0;
     if (result.end == GroupEnd::kProcessFailed) {
@@ -151,7 +192,7 @@ class SshRunner final : public Runner {
         out.message = fmt::format(
             "zt launch: node {} ({}) {} before any of its ranks failed (its message is above); "
             "stopped the other {} node(s); exiting with {}",
-            n, host, result.failure.describe(), result.stopped, result.exit_code);
+            n, host, result.failure.describe(), result.stopped, out.exit_code);
       }
     } else if (result.end == GroupEnd::kInterrupted) {
       out.message = fmt::format("zt launch: received {}; stopped {} node(s); exiting with {}",
