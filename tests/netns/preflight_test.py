@@ -9,6 +9,8 @@ b) node 1 runs a different `zt` build at the same path (its sshd's mount namespa
    binary bind-mounted over the zt path, as a node with an older install would): names node1 and
    says the builds differ;
 c) the master port is taken on the master node: names the port and the host (node0);
+c') the master port not reachable from a node (--master_addr an address nobody has): names that
+    node, says it cannot reach the master and how to fix it;
 d) a hostfile host that does not resolve: names that host, says it does not resolve and points at
    the hostfile (not at key login, which is not the problem); a host name with shell characters
    (`node1;touch${IFS}PWNED`): refused by name, and nothing of it runs;
@@ -121,6 +123,12 @@ expect_refusal("port_taken", ["-H", hf, "--num_procs", "2"], [str(port), r"node0
                port=port, own={holder.pid})
 holder.kill()
 holder.wait()
+
+# --- c') the master port not reachable from node 1: --master_addr names an address of the
+# subnet that no machine has, so node 1's connection to it fails (no firewall needed) ---
+expect_refusal("port_unreachable",
+               ["-H", hf, "--num_procs", "2", "--master_addr", f"{lab.subnet}.250"],
+               [r"node1\b", r"cannot reach the master", r"--master_addr"])
 
 # --- d) a host that does not resolve ---
 bad_hf = nslab.hostfile(lab, slots=2, hosts=["node0", "no-such-node-zt"], name="hf_bad")
