@@ -59,6 +59,16 @@ std::vector<FlagSpec> flags() {
   return f;
 }
 
+// Every sequence of every example of `ds`, tokenized, in file order.
+Result<std::vector<TokenExample>> dataset_sequences(const JsonlDataset& ds) {
+  std::vector<TokenExample> out;
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    ZT_ASSIGN_OR_RETURN(JsonlExample e, ds.example(i));
+    for (TokenExample& t : e.sequences) out.push_back(std::move(t));
+  }
+  return out;
+}
+
 // Whether the first record of a JSON Lines file has a `text` key (and no `input_ids`).
 bool jsonl_first_has_text(const std::string& path) {
   auto f = JsonlFile::open(path);
@@ -216,13 +226,7 @@ int cmd_eval(const Args& args) {
     o.eos_id = model_eos_id(m->choice.source_dir);
     auto ds = JsonlDataset::open(*data, tokenizer, o);
     if (!ds) return fail(ds.status());
-    std::vector<TokenExample> ex;
-    for (int64_t i = 0; i < ds->size(); ++i) {
-      auto e = ds->example(i);
-      if (!e) return fail(e.status());
-      for (TokenExample& t : e->sequences) ex.push_back(std::move(t));
-    }
-    examples = std::move(ex);
+    examples = dataset_sequences(*ds);
     task = nn::Task::kCausalLM;
   } else if (jsonl_looks_like(*data) && jsonl_first_has_text(*data)) {
     // `text` records through the tokenizer, as transformers evaluates tokenizer(text): the ids
@@ -249,13 +253,7 @@ int cmd_eval(const Args& args) {
       ZT_LOG_WARN("{}: {} record(s) longer than --seq-len {} were cut from the right", *data,
                   ds->truncated(), *seq);
     }
-    std::vector<TokenExample> ex;
-    for (int64_t i = 0; i < ds->size(); ++i) {
-      auto e = ds->example(i);
-      if (!e) return fail(e.status());
-      for (TokenExample& t : e->sequences) ex.push_back(std::move(t));
-    }
-    examples = std::move(ex);
+    examples = dataset_sequences(*ds);
   } else if (jsonl_looks_like(*data)) {
     examples = jsonl_examples_read(*data, c.vocab_size);
   } else {
