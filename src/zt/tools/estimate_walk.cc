@@ -76,31 +76,31 @@ class Walk {
     m_.release(r);
     return out;
   }
-  // Linear::forward: y, then each adapter's u = h A^T and v = u B^T (h: x after dropout).
+  // Linear::forward: y, then each adapter's u = h A^T (h: x after dropout); u B^T goes straight
+  // into y's block.
   int linear_forward(const LinearShape& l, Kind kind) {
     const int y = m_.alloc(s_.N * l.out * s_.d, kind);
     if (l.adapters == nullptr) return y;
     for (const nn::LoraAdapter& a : *l.adapters) {
       int h = a.dropout > 0 ? m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary) : -1;
       int u = m_.alloc(s_.N * a.a->shape[0] * s_.d, Kind::kTemporary);
-      int v = m_.alloc(s_.N * a.rows * s_.d, Kind::kTemporary);
-      m_.release(v);
       m_.release(u);
       m_.release(h);
     }
     return y;
   }
-  // Linear::backward with an input gradient: the GEMMs write into the caller's buffers; each
-  // adapter needs g, h (with dropout), u, du and dh.
+  // Linear::backward with an input gradient: the GEMMs write into the caller's buffers and read
+  // the output gradient's block in place; each adapter needs h (with dropout), u, du, and dh
+  // with dropout (without it, du A accumulates into the input gradient directly).
   void linear_backward(const LinearShape& l) {
     if (l.adapters == nullptr) return;
     for (const nn::LoraAdapter& a : *l.adapters) {
       const int64_t r = a.a->shape[0];
-      std::vector<int> t = {m_.alloc(s_.N * a.rows * s_.d, Kind::kTemporary)};
+      std::vector<int> t;
       if (a.dropout > 0) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
       t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
       t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
-      t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
+      if (a.dropout > 0) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
       m_.release_all(t);
     }
   }
