@@ -22,7 +22,6 @@ using testing::random_tensor;
 using testing::random_weights;
 using testing::weighted_sum;
 
-constexpr DType kFloatDtypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
 // Values k/64, k in [-64, 64]: exact in every float dtype, and sums of a few of their small
 // multiples stay exact in f32, so one rounding to the dtype is the only error.

@@ -26,32 +26,13 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
   const int32_t target = targets[blockIdx.x];
   if (target >= vocab) __trap();
   const int64_t stride = static_cast<int64_t>(blockDim.x) * kV;
-  auto load = [&](float (&x)[kV], int64_t j) {
-    if constexpr (kV > 1) {
-      const Vec16<T> v = load16(row + j);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) x[k] = to_f32(v.v[k]);
-    } else {
-      x[0] = to_f32(row[j]);
-    }
-  };
-  auto store = [&](int64_t j, const float (&d)[kV]) {
-    if constexpr (kV > 1) {
-      Vec16<T> v;
-#pragma unroll
-      for (int k = 0; k < kV; ++k) v.v[k] = from_f32<T>(d[k]);
-      store16(row + j, v);
-    } else {
-      row[j] = from_f32<T>(d[0]);
-    }
-  };
   if (target < 0) {  // not counted (transformers' ignore index): no loss, no gradient
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     if constexpr (kMode == CeMode::kFused) {
       float zero[kV];
 #pragma unroll
       for (int k = 0; k < kV; ++k) zero[k] = 0.0f;
-      for (int64_t j = threadIdx.x * kV; j < vp; j += stride) store(j, zero);
+      for (int64_t j = threadIdx.x * kV; j < vp; j += stride) store_from_f32<T, kV>(row + j, zero);
     }
     return;
   }
@@ -62,7 +43,7 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
   float sum = 0.0f;
   for (int64_t j = threadIdx.x * kV; j < vocab; j += stride) {
     float x[kV];
-    load(x, j);
+    load_f32<T, kV>(x, row + j);
     float cm = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
@@ -87,7 +68,7 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
     const float inv_sum = 1.0f / row_sum;
     for (int64_t j = threadIdx.x * kV; j < vp; j += stride) {
       float x[kV], d[kV];
-      load(x, j);
+      load_f32<T, kV>(x, row + j);
 #pragma unroll
       for (int k = 0; k < kV; ++k) {
         d[k] = 0.0f;
@@ -96,7 +77,7 @@ __global__ void crossentropy_kernel(float* losses, T* logits, const int32_t* tar
           d[k] = dloss * (p - (j + k == target ? 1.0f : 0.0f));
         }
       }
-      store(j, d);
+      store_from_f32<T, kV>(row + j, d);
     }
   }
 }

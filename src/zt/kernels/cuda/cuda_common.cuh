@@ -116,6 +116,29 @@ template <typename T>
 __device__ __forceinline__ void store16(T* p, const Vec16<T>& v) {
   *reinterpret_cast<Vec16<T>*>(p) = v;
 }
+// kV consecutive elements at p (one 16-byte load when kV > 1) as floats.
+template <typename T, int kV>
+__device__ __forceinline__ void load_f32(float (&out)[kV], const T* p) {
+  if constexpr (kV > 1) {
+    const Vec16<T> v = load16(p);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) out[k] = to_f32(v.v[k]);
+  } else {
+    out[0] = to_f32(p[0]);
+  }
+}
+template <typename T, int kV>
+__device__ __forceinline__ void store_from_f32(T* p, const float (&in)[kV]) {
+  if constexpr (kV > 1) {
+    Vec16<T> v;
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v.v[k] = from_f32<T>(in[k]);
+    store16(p, v);
+  } else {
+    p[0] = from_f32<T>(in[0]);
+  }
+}
+
 // Whether every pointer is 16-byte aligned (null pointers count as aligned).
 template <typename... P>
 inline bool vec16_aligned(const P*... p) {

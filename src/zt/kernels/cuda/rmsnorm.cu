@@ -23,29 +23,6 @@ __device__ __forceinline__ float round_to(float x) {
   return to_f32(from_f32<T>(x));
 }
 
-// kV consecutive elements at p (one 16-byte load when kV > 1) as floats.
-template <typename T, int kV>
-__device__ __forceinline__ void load_f32(float (&out)[kV], const T* p) {
-  if constexpr (kV > 1) {
-    const Vec16<T> v = load16(p);
-#pragma unroll
-    for (int k = 0; k < kV; ++k) out[k] = to_f32(v.v[k]);
-  } else {
-    out[0] = to_f32(p[0]);
-  }
-}
-template <typename T, int kV>
-__device__ __forceinline__ void store_from_f32(T* p, const float (&in)[kV]) {
-  if constexpr (kV > 1) {
-    Vec16<T> v;
-#pragma unroll
-    for (int k = 0; k < kV; ++k) v.v[k] = from_f32<T>(in[k]);
-    store16(p, v);
-  } else {
-    p[0] = from_f32<T>(in[0]);
-  }
-}
-
 // One warp per row; each lane takes chunks of kV elements (C % kV == 0).
 template <typename T, int kV>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* in, const T* weight, float eps,

@@ -30,20 +30,12 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t chunks, 
     const int64_t f = (i - row * per_row) * kV;
     const T* gp = gate_up + row * 2 * F + f;
     T* op = out + row * F + f;
-    if constexpr (kV > 1) {
-      const Vec16<T> x = load16(gp);
-      const Vec16<T> u = load16(gp + F);
-      Vec16<T> o;
+    float x[kV], u[kV], o[kV];
+    load_f32<T, kV>(x, gp);
+    load_f32<T, kV>(u, gp + F);
 #pragma unroll
-      for (int k = 0; k < kV; ++k) {
-        const float xv = to_f32(x.v[k]);
-        o.v[k] = from_f32<T>(xv * sigmoid(xv) * to_f32(u.v[k]));
-      }
-      store16(op, o);
-    } else {
-      const float x = to_f32(gp[0]);
-      op[0] = from_f32<T>(x * sigmoid(x) * to_f32(gp[F]));
-    }
+    for (int k = 0; k < kV; ++k) o[k] = x[k] * sigmoid(x[k]) * u[k];
+    store_from_f32<T, kV>(op, o);
   }
 }
 
@@ -56,35 +48,18 @@ __global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate
     const int64_t f = (i - row * per_row) * kV;
     const int64_t gi = row * 2 * F + f;
     // Everything is read before anything is written: dgate_up may alias gate_up.
-    T x[kV], u[kV], g[kV];
-    if constexpr (kV > 1) {
-      const Vec16<T> xv = load16(gate_up + gi), uv = load16(gate_up + gi + F),
-                     gv = load16(dout + row * F + f);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) {
-        x[k] = xv.v[k];
-        u[k] = uv.v[k];
-        g[k] = gv.v[k];
-      }
-    } else {
-      x[0] = gate_up[gi];
-      u[0] = gate_up[gi + F];
-      g[0] = dout[row * F + f];
-    }
-    Vec16<T> dx, du;
-    T* dxp = kV > 1 ? dx.v : dgate_up + gi;
-    T* dup = kV > 1 ? du.v : dgate_up + gi + F;
+    float x[kV], u[kV], g[kV], dx[kV], du[kV];
+    load_f32<T, kV>(x, gate_up + gi);
+    load_f32<T, kV>(u, gate_up + gi + F);
+    load_f32<T, kV>(g, dout + row * F + f);
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
-      const float xf = to_f32(x[k]), uf = to_f32(u[k]), gf = to_f32(g[k]);
-      const float sg = sigmoid(xf);
-      dxp[k] = from_f32<T>(gf * uf * sg * (1.0f + xf * (1.0f - sg)));
-      dup[k] = from_f32<T>(gf * xf * sg);
+      const float sg = sigmoid(x[k]);
+      dx[k] = g[k] * u[k] * sg * (1.0f + x[k] * (1.0f - sg));
+      du[k] = g[k] * x[k] * sg;
     }
-    if constexpr (kV > 1) {
-      store16(dgate_up + gi, dx);
-      store16(dgate_up + gi + F, du);
-    }
+    store_from_f32<T, kV>(dgate_up + gi, dx);
+    store_from_f32<T, kV>(dgate_up + gi + F, du);
   }
 }
 
