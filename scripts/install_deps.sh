@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(cmake g++ ninja-build pkg-config nlohmann-json3-dev libfmt-dev libopenblas-dev
           libgtest-dev libgmock-dev libgloo-dev libxxhash-dev python3
           libpcre2-dev libutf8proc-dev zlib1g-dev libzstd-dev
+          liburing-dev libaio-dev
           openssh-server openssh-client iproute2 openmpi-bin pdsh procps libfaketime)
 missing=()
 for p in "${packages[@]}"; do
