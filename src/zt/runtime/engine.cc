@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "zt/comm/env.h"
+#include "zt/core/aio.h"
 #include "zt/core/file_io.h"
 #include "zt/core/host_memory.h"
 #include "zt/core/log.h"
@@ -58,14 +59,50 @@ int ranks_on_this_host(int world) {
 
 // Where offload_optimizer puts the master weights and optimizer state on this device
 // (DeepSpeed: stages 1-3 only, and stages 1-2 treat any device other than "none" as the CPU).
+// NVMe (ZeRO-Infinity) swaps at every stage 1-3 and on a CPU engine too, where DeepSpeed would
+// keep stages 1-2 in host memory: a user who names an nvme_path asks for the disk
+// (docs/zero.md says so).
 zero::OptimizerPlacement optimizer_placement(const ZeroConfig& z, Device device) {
   const OffloadConfig& o = z.offload_optimizer;
-  if (!o.enabled() || z.stage == 0 || device.is_cpu()) return zero::OptimizerPlacement::kDevice;
+  if (!o.enabled() || z.stage == 0) return zero::OptimizerPlacement::kDevice;
+  if (o.device == "nvme") return zero::OptimizerPlacement::kNvme;
+  if (device.is_cpu()) return zero::OptimizerPlacement::kDevice;
   return o.pin_memory ? zero::OptimizerPlacement::kHostPinned
                       : zero::OptimizerPlacement::kHostPageable;
 }
 
-// Refuses what offload cannot do and says what it will do with the rest.
+// Where offload_param puts the sharded units' own chunks (stage 3; only with an offloaded
+// optimizer, see ZeroState).
+zero::ParamPlacement param_placement(const ZeroConfig& z) {
+  const OffloadConfig& o = z.offload_param;
+  if (!o.enabled() || z.stage != 3) return zero::ParamPlacement::kDevice;
+  if (o.device == "nvme") return zero::ParamPlacement::kNvme;
+  return o.pin_memory ? zero::ParamPlacement::kHostPinned : zero::ParamPlacement::kHostPageable;
+}
+
+// The offloaded step's piece size: sub_group_size at stage 3 and with NVMe; with offload_param
+// nvme also a multiple of 2048 elements, so that every piece of a 16-bit chunk starts on a 4 KiB
+// (O_DIRECT) boundary of its block in the parameter swap file.
+int64_t offload_piece_size(const ZeroConfig& z, int64_t piece) {
+  if (z.stage == 3 || z.offload_optimizer.device == "nvme") piece = std::min(piece, z.sub_group_size);
+  if (z.stage == 3 && z.offload_param.device == "nvme") piece = (piece + 2047) / 2048 * 2048;
+  return piece;
+}
+
+// DeepSpeed's aio block (its defaults where absent).
+aio::Options aio_options(const DeepSpeedConfig& config) {
+  aio::Options a;
+  auto it = config.blocks.find("aio");
+  if (it == config.blocks.end() || !it->is_object()) return a;
+  const nlohmann::json& b = *it;
+  a.block_size = b.value("block_size", a.block_size);
+  a.queue_depth = b.value("queue_depth", a.queue_depth);
+  a.thread_count = b.value("intra_op_parallelism", b.value("thread_count", a.thread_count));
+  a.single_submit = b.value("single_submit", a.single_submit);
+  a.overlap_events = b.value("overlap_events", a.overlap_events);
+  return a;
+}
+
 }  // namespace
 
 zero::ZeroOptions zero_options_from_config(const DeepSpeedConfig& config, Device device,
@@ -92,9 +129,16 @@ zero::ZeroOptions zero_options_from_config(const DeepSpeedConfig& config, Device
           .offload_granularity = optimizer.kind == optim::OptimizerKind::kLamb
                                      ? zero::OffloadGranularity::kParamTensors
                                      : zero::OffloadGranularity::kPieces,
-          // Stage 3 offload steps sub-groups too: pieces of at most sub_group_size.
-          .offload_piece_elements = z.stage == 3 ? std::min(offload_piece_elements, z.sub_group_size)
-                                                 : offload_piece_elements,
+          // Stage 3 offload steps sub-groups too: pieces of at most sub_group_size, and NVMe
+          // swaps in them at every stage.
+          .offload_piece_elements = offload_piece_size(z, offload_piece_elements),
+          .nvme_folder = z.offload_optimizer.nvme_path,
+          .aio = aio_options(config),
+          .swap_pipeline_read = z.offload_optimizer.pipeline_read,
+          .swap_pipeline_write = z.offload_optimizer.pipeline_write,
+          .param_placement = param_placement(z),
+          .param_nvme_folder = z.offload_param.nvme_path,
+          .param_buffer_count = z.offload_param.buffer_count,
           .sub_group_elements = z.sub_group_size,
           .comm_dtype = config.communication_data_type
                             ? std::optional<DType>(config.communication_dtype())
@@ -106,26 +150,13 @@ namespace {
 Status offload_check(const DeepSpeedConfig& config, Device device) {
   const ZeroConfig& z = config.zero;
   const OffloadConfig& o = z.offload_optimizer;
-  if (o.enabled() && z.stage == 3 && o.device == "nvme") {
-    return invalid_argument(
-        "zero_optimization.offload_optimizer.device is \"nvme\" (ZeRO-Infinity, nvme_path {}): "
-        "NVMe offload is not implemented in ZeroTrain yet; use \"device\": \"cpu\" to keep "
-        "the optimizer state in host memory",
-        o.nvme_path);
-  }
-  if (o.enabled() && z.stage >= 1) {
+  if (o.enabled() && z.stage >= 1 && o.device != "nvme") {
     if (device.is_cpu()) {
       ZT_LOG_INFO(
           "zero_optimization.offload_optimizer.device={}: on a CPU engine the optimizer "
           "state is already in host memory; nothing to move",
           o.device);
     } else {
-      if (o.device == "nvme") {
-        ZT_LOG_INFO(
-            "zero_optimization.offload_optimizer.device=nvme at stage {}: stages 1 and "
-            "2 offload to the CPU, as DeepSpeed does",
-            z.stage);
-      }
       if (o.ratio < 1.0) {
         ZT_LOG_WARN(
             "zero_optimization.offload_optimizer.ratio={}: partial offload is not "
@@ -135,10 +166,18 @@ Status offload_check(const DeepSpeedConfig& config, Device device) {
     }
   }
   if (z.offload_param.enabled() && z.stage == 3) {
-    ZT_LOG_WARN(
-        "zero_optimization.offload_param.device={}: parameter offload is not "
-        "implemented yet; parameters stay on {}",
-        z.offload_param.device, device.str());
+    if (!o.enabled()) {
+      ZT_LOG_WARN(
+          "zero_optimization.offload_param.device={} without offload_optimizer moves nothing: "
+          "the fp32 master (12-16 bytes per parameter with its optimizer state) stays on {} and "
+          "each gather casts the 16-bit chunk from it, so no chunk rests on the device to move; "
+          "add \"offload_optimizer\": {{\"device\": \"cpu\"}} (or nvme) to offload both",
+          z.offload_param.device, device.str());
+    } else if (device.is_cpu() && z.offload_param.device == "cpu") {
+      ZT_LOG_INFO(
+          "zero_optimization.offload_param.device=cpu: on a CPU engine the parameters are "
+          "already in host memory; nothing to move");
+    }
   }
   return Status::ok();
 }
@@ -284,6 +323,36 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
       }
     }
   }
+  const bool optimizer_nvme = zo.optimizer_placement == zero::OptimizerPlacement::kNvme;
+  const bool params_nvme = zo.param_placement == zero::ParamPlacement::kNvme && zero::offloaded(zo);
+  if (optimizer_nvme || params_nvme) {
+    // The swap files of every rank on this host share the disk: the folder must hold them all
+    // (each rank's own file is also reserved with fallocate when it is created).
+    std::vector<int64_t> numels;
+    std::vector<bool> frozen;
+    for (auto& u : model.units()) {
+      numels.push_back(u->flat_numel());
+      frozen.push_back(u->frozen());
+    }
+    const int world = comm_->world_size();
+    const int64_t on_host = ranks_on_this_host(world);
+    zero::ZeroOptions no_params = zo;
+    no_params.param_placement = zero::ParamPlacement::kDevice;
+    const int64_t all = zero::predict_state_bytes(numels, zo, world, frozen).nvme * on_host;
+    const int64_t opt = zero::predict_state_bytes(numels, no_params, world, frozen).nvme * on_host;
+    auto check = [](const std::string& folder, int64_t need, std::string_view key) {
+      const Status ok = aio::nvme_path_check(folder, need, key);
+      if (!ok.is_ok()) throw std::runtime_error(ok.message());
+    };
+    if (optimizer_nvme && params_nvme && zo.nvme_folder == zo.param_nvme_folder) {
+      check(zo.nvme_folder, all, "zero_optimization.offload_optimizer.nvme_path");
+    } else {
+      if (optimizer_nvme) check(zo.nvme_folder, opt, "zero_optimization.offload_optimizer.nvme_path");
+      if (params_nvme) {
+        check(zo.param_nvme_folder, all - opt, "zero_optimization.offload_param.nvme_path");
+      }
+    }
+  }
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   if (timers_ && z.stage == 3) zero_->set_gather_timing(true);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
@@ -291,8 +360,21 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   zero::ModelStateBytes b = zero_->state_bytes();
   if (comm_->rank() == 0) {
     std::string host;
-    if (zero_->offloaded()) {
-      host = fmt::format(
+    if (b.host_params > 0 || (params_nvme && z.stage == 3)) {
+      host += fmt::format("; offload_param: sharded 16-bit chunks at rest in {} ({:.1f} MiB)",
+                          params_nvme ? "the parameter swap file" : "host memory",
+                          (params_nvme ? static_cast<double>(zero_->param_file() != nullptr
+                                                                 ? zero_->param_file()->size()
+                                                                 : 0)
+                                       : static_cast<double>(b.host_params)) /
+                              1048576.0);
+    }
+    if (zo.optimizer_placement == zero::OptimizerPlacement::kNvme) {
+      host += fmt::format("; master and optimizer state swapped to NVMe: {:.1f} MiB per rank, "
+                         "staging {:.1f} MiB of host memory",
+                         b.nvme / 1048576.0, b.host_buffers / 1048576.0);
+    } else if (zero_->offloaded()) {
+      host += fmt::format(
           "; offloaded to {} host memory: master {} optimizer {} staging {} "
           "(total {:.1f} MiB)",
           zo.optimizer_placement == zero::OptimizerPlacement::kHostPinned ? "pinned" : "pageable",

@@ -183,8 +183,7 @@ std::vector<ckpt::TensorToWrite> Engine::shard_tensors() {
                          .shape = {n},
                          .data = nullptr,
                          .produce = [this, u, k](void* buf) {
-                           zero_->read_saved(u, k, static_cast<float*>(buf));
-                           return Status::ok();
+                           return zero_->read_saved(u, k, static_cast<float*>(buf));
                          }});
     }
   }
@@ -510,7 +509,7 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       const int64_t numel = mine[u]->flat_numel();
       const auto [begin, end] = zero_->master_extent(u);
       for (int k = 0; k < saved_kinds(*zero_, u, state_names); ++k) {
-        zero_->zero_extent(u, k);
+        ZT_RETURN_IF_ERROR(zero_->zero_extent(u, k));
         if (k >= kinds) continue;
         const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);
         for (const ckpt::SlicePiece& p : ckpt::flat_reslice(numel, saved_world, begin, end)) {
@@ -551,8 +550,8 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
           for (int64_t done = 0; done < n.bytes; done += kChunk) {
             const int64_t len = std::min(kChunk, n.bytes - done);
             ZT_RETURN_IF_ERROR(f->read_bytes(n.file_begin + done, len, buf));
-            zero_->write_range(n.unit, n.kind, n.dst + done / 4, reinterpret_cast<float*>(buf),
-                               len / 4);
+            ZT_RETURN_IF_ERROR(zero_->write_range(n.unit, n.kind, n.dst + done / 4,
+                                                  reinterpret_cast<float*>(buf), len / 4));
           }
         }
         continue;
@@ -572,8 +571,9 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
           const int64_t lo = std::max(off, n.file_begin);
           const int64_t hi = std::min(off + len, n.file_begin + n.bytes);
           if (lo >= hi) continue;
-          zero_->write_range(n.unit, n.kind, n.dst + (lo - n.file_begin) / 4,
-                             reinterpret_cast<float*>(buf + (lo - off)), (hi - lo) / 4);
+          st = zero_->write_range(n.unit, n.kind, n.dst + (lo - n.file_begin) / 4,
+                                  reinterpret_cast<float*>(buf + (lo - off)), (hi - lo) / 4);
+          if (!st.is_ok()) break;
         }
       }
       const uint64_t h = XXH3_64bits_digest(state);

@@ -33,6 +33,27 @@
 namespace zt::zero {
 
 class ZeroState;
+class OptimizerSwap;
+class SwapBuffer;
+struct ZeroOptions;
+
+// A range of one unit's own chunk that the host steps as one call of the optimizer, and (NVMe)
+// reads and writes as one request.
+struct OffloadPiece {
+  int unit = 0;
+  int64_t offset = 0;  // elements into the unit's own chunk
+  int64_t n = 0;
+  // Sub-ranges (offset relative to the piece, length) passed as separate optimizer chunks: one
+  // per parameter tensor for Lamb, else the whole piece.
+  std::vector<std::pair<int64_t, int64_t>> tensors;
+  int64_t file_offset = 0;  // NVMe: where the piece's blocks start in the swap file
+};
+
+// The pieces of every trainable unit's own chunk on this rank, in unit order: pieces of at most
+// options.offload_piece_elements (Adam, SGD), or whole units with one chunk per parameter tensor
+// (Lamb). Needs only the model's shapes, so the swap file can be laid out before any value exists.
+std::vector<OffloadPiece> plan_offload_pieces(nn::Model& model, const ZeroOptions& options,
+                                              int world, int rank);
 
 // Wall-clock time of the last host step, for benchmarks and logs.
 struct OffloadTimes {
@@ -53,7 +74,9 @@ class OptimizerOffload {
   // One optimizer step of every own chunk on the host (optimizer.begin_step() once, then the
   // kernels piece by piece); the updated compute copy's own chunks are on the device, ordered
   // before later work on the compute stream, when it returns.
-  void step(optim::Optimizer& optimizer, const optim::StepValues& v);
+  // A failed read or write of the NVMe swap file is returned (the step is then incomplete: the
+  // run must stop, and the last checkpoint is what survives).
+  Status step(optim::Optimizer& optimizer, const optim::StepValues& v);
 
   // Bytes of the staging slots (page-locked host memory).
   int64_t staging_bytes() const;
@@ -61,28 +84,37 @@ class OptimizerOffload {
 
  private:
   static constexpr int kSlots = 2;
-  // A range of one unit's own chunk that the host steps as one call of the optimizer.
-  struct Piece {
-    int unit = 0;
-    int64_t offset = 0;  // elements into the unit's own chunk
-    int64_t n = 0;
-    // Sub-ranges (offset relative to the piece, length) passed as separate optimizer chunks:
-    // one per parameter tensor for Lamb, else the whole piece.
-    std::vector<std::pair<int64_t, int64_t>> tensors;
-  };
   struct Slot {
     Tensor grad;                          // f32, the largest piece
     Tensor lowp;                          // compute dtype (16-bit training only)
+    // offload_param nvme: the updated piece, aligned for O_DIRECT, while it is written to the
+    // parameter swap file (param_writing: a write is in flight).
+    std::unique_ptr<SwapBuffer> param_out;
+    int64_t param_ticket = 0;
+    bool param_writing = false;
     std::unique_ptr<Event> grad_arrived;  // the gradient copy into `grad` finished
     std::unique_ptr<Event> lowp_sent;     // the copy out of `lowp` (or the master) finished
   };
-  void plan_pieces(nn::Model& model);
   void copy_grad_in(size_t piece);
+  // The host step of piece i with its master and state at `master`, `state1`, `state2`.
+  void step_piece(optim::Optimizer& optimizer, const optim::StepValues& v, size_t i, float* master,
+                  float* state1, float* state2);
+  // The updated piece i to the own chunk of the compute copy (16-bit from the slot, or f32 from
+  // `master`), recorded on the slot's lowp_sent.
+  // A failed write of the parameter swap file (offload_param nvme) is returned.
+  Status send_piece(size_t i, const float* master);
+  Status finish_param_writes();
+  // offload_param cpu in 16-bit: the kernel writes piece p's values into the unit's chunk in
+  // host memory itself (host_chunk: where the piece starts there).
+  bool lowp_in_host_chunk(const OffloadPiece& p);
+  void* host_chunk(const OffloadPiece& p);
+  Status step_swapped(optim::Optimizer& optimizer, const optim::StepValues& v);
 
   ZeroState& zero_;
   Device device_;
   bool write_lowp_ = false;  // 16-bit compute copy: the kernel writes it into a staging slot
-  std::vector<Piece> pieces_;
+  OptimizerSwap* swap_ = nullptr;  // NVMe: the swap file the master and state live in
+  std::vector<OffloadPiece> pieces_;
   std::array<Slot, kSlots> slots_;
   Stream to_host_, to_device_;    // one copy stream per direction (the bus is full duplex)
   std::unique_ptr<Event> ready_;  // on the compute stream: gradients reduced, compute copy idle

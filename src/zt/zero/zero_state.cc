@@ -1,8 +1,11 @@
 #include "zt/zero/zero_state.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
+#include <cstring>
+#include <filesystem>
 #include <random>
 
 #include <fmt/format.h>
@@ -11,8 +14,15 @@
 #include "zt/core/log.h"
 #include "zt/kernels/ops.h"
 #include "zt/zero/optimizer_offload.h"
+#include "zt/zero/optimizer_swap.h"
 
 namespace zt::zero {
+
+struct ZeroState::ParamStage {
+  SwapBuffer buf;
+  std::unique_ptr<Event> copied;  // the last copy out of (or into) buf finished
+};
+
 void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
   if (round == dst.dtype() || round == DType::f32) {
     kernels::cast(dst, src, s);
@@ -133,6 +143,29 @@ bool shard_from_master(const ZeroOptions& o, const UnitLayout& l) {
          o.round_dtype == o.compute_dtype;
 }
 
+bool shard_offloaded(const ZeroOptions& o, const UnitLayout& l) {
+  if (l.persistent || o.stage != 3 || !offloaded(o)) return false;
+  switch (o.param_placement) {
+    case ParamPlacement::kDevice:
+      return false;
+    case ParamPlacement::kHostPinned:
+    case ParamPlacement::kHostPageable:
+      return o.device.is_cuda();  // a CPU engine's chunks are in host memory already
+    case ParamPlacement::kNvme:
+      return true;
+  }
+  return false;
+}
+
+namespace {
+
+// Bytes of a unit's own chunk in the parameter swap file (padded for O_DIRECT).
+int64_t param_block_bytes(const ZeroOptions& o, int64_t shard) {
+  return aio::align_up(shard * static_cast<int64_t>(dtype_size(o.compute_dtype)));
+}
+
+}  // namespace
+
 ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
                                     const ZeroOptions& options, int world,
                                     const std::vector<bool>& frozen) {
@@ -145,6 +178,12 @@ ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
     const bool is_frozen = i < frozen.size() && frozen[i];
     if (l.persistent) {
       b.params += l.padded * compute;
+    } else if (shard_offloaded(options, l)) {
+      if (options.param_placement == ParamPlacement::kNvme) {
+        b.nvme += param_block_bytes(options, l.shard);
+      } else {
+        b.host_params += l.shard * compute;
+      }
     } else if (is_frozen || !shard_from_master(options, l)) {
       b.params += l.shard * compute;
     }
@@ -152,11 +191,27 @@ ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
     if (options.stage <= 1) b.grads += l.padded * acc;
     if (options.stage >= 1) b.grads += l.shard * f32;
     const int64_t master_elems = options.stage == 0 ? l.padded : l.shard;
+    if (options.optimizer_placement == OptimizerPlacement::kNvme) continue;  // below
     if (!master_shared(options)) {
       (offloaded(options) ? b.host_master : b.master) += master_elems * f32;
     }
     (offloaded(options) ? b.host_optimizer : b.optimizer) +=
         options.optimizer_states * master_elems * f32;
+  }
+  if (options.optimizer_placement == OptimizerPlacement::kNvme) {
+    // The swap file holds every piece's master and state blocks, each padded for O_DIRECT.
+    int64_t pieces = 0;
+    for (size_t i = 0; i < unit_numels.size(); ++i) {
+      if (i < frozen.size() && frozen[i]) continue;
+      const int64_t shard = unit_layout(unit_numels[i], world, 0, options).shard;
+      const int64_t step = options.offload_granularity == OffloadGranularity::kParamTensors
+                               ? shard
+                               : std::max<int64_t>(1, options.offload_piece_elements);
+      for (int64_t off = 0; off < shard; off += step) {
+        pieces += (1 + options.optimizer_states) * swap_block_bytes(std::min(step, shard - off));
+      }
+    }
+    b.nvme += std::max<int64_t>(pieces, aio::kAlign);
   }
   return b;
 }
@@ -262,6 +317,55 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
     scratch_elements = std::max(scratch_elements, whole ? l.padded : l.shard);
   }
   const Tensor scratch = Tensor::empty({scratch_elements}, DType::f32, Device::cpu());
+  const bool swapped = options.optimizer_placement == OptimizerPlacement::kNvme;
+  if (swapped) {
+    // ZeRO-Infinity: the swap file is laid out over the step's pieces before any value exists;
+    // each unit's initial master values (and zeroed state) go to it below.
+    swap_pieces_ = plan_offload_pieces(model, options, W, rank());
+    auto sw = OptimizerSwap::create(optimizer_swap_path(options.nvme_folder, stage, rank()),
+                                    swap_pieces_, 1 + options.optimizer_states, options.aio,
+                                    dev.is_cuda());
+    if (!sw.is_ok()) throw std::runtime_error(sw.status().message());
+    swap_ = std::move(sw).value();
+  }
+  // offload_param nvme: each sharded unit's own chunk gets a block of the parameter swap file.
+  int64_t param_file_bytes = 0;
+  int64_t largest_param_block = 0;
+  for (auto& unit : model.units()) {
+    const UnitLayout l = unit_layout(unit->flat_numel(), W, rank(), options);
+    if (options.param_placement == ParamPlacement::kNvme && shard_offloaded(options, l)) {
+      param_file_bytes += param_block_bytes(options, l.shard);
+      largest_param_block = std::max(largest_param_block, param_block_bytes(options, l.shard));
+    }
+  }
+  if (param_file_bytes > 0) {
+    const std::string folder =
+        fmt::format("{}/zero_stage_3/{}params/rank{}", options.param_nvme_folder,
+                    dtype_name(options.compute_dtype), rank());
+    std::error_code ec;
+    std::filesystem::create_directories(folder, ec);
+    if (ec) {
+      throw std::runtime_error(fmt::format(
+          "cannot create the parameter swap folder '{}': {}; check that "
+          "zero_optimization.offload_param.nvme_path is writable",
+          folder, ec.message()));
+    }
+    auto f = aio::SwapFile::create(folder + "/params.swp", param_file_bytes, options.aio,
+                                   "parameter swap file");
+    if (!f.is_ok()) throw std::runtime_error(f.status().message());
+    param_file_ = std::move(f).value();
+    for (int i = 0; i < std::max(2, options.param_buffer_count); ++i) {
+      auto st = std::make_unique<ParamStage>();
+      st->buf = SwapBuffer(largest_param_block, dev.is_cuda());
+      st->copied = std::make_unique<Event>(dev);
+      param_stages_.push_back(std::move(st));
+    }
+  }
+  int64_t param_file_at = 0;
+  size_t next_piece = 0;
+  int io_slot = 0;
+  std::array<aio::Ticket, OptimizerSwap::kSlots> io{};
+  std::array<bool, OptimizerSwap::kSlots> io_busy{};
   for (auto& unit : model.units()) {
     UnitState u;
     u.trainable = !unit->frozen();
@@ -294,6 +398,17 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
       }
     } else if (u.trainable && shard_from_master(options, l)) {
       u.shard_from_master = true;
+    } else if (shard_offloaded(options, l)) {
+      // offload_param: rounded on the device, then to where the chunk rests.
+      u.shard_offloaded = true;
+      if (options.param_placement == ParamPlacement::kNvme) {
+        u.param_file_offset = param_file_at;
+        param_file_at += param_block_bytes(options, u.shard);
+      }
+      Tensor chunk = Tensor::empty({u.shard}, options.compute_dtype, dev, s);
+      round_into(chunk, own, options.round_dtype, s);
+      const Status placed = place_own_chunk(u, chunk);
+      if (!placed.is_ok()) throw std::runtime_error(placed.message());
     } else {
       u.value_shard = Tensor::empty({u.shard}, options.compute_dtype, dev, s);
       round_into(u.value_shard, own, options.round_dtype, s);
@@ -308,13 +423,32 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
       u.master = stage == 0
                      ? u.value
                      : (u.persistent ? u.value.view(u.shard_offset, {u.shard}) : u.value_shard);
+    } else if (swapped) {
+      // This unit's master values and zeroed optimizer state into its pieces of the swap file,
+      // through the staging slots in turn (a slot is refilled once its last write is done).
+      const int idx = static_cast<int>(units_.size());
+      for (; next_piece < swap_pieces_.size() && swap_pieces_[next_piece].unit == idx;
+           ++next_piece) {
+        const OffloadPiece& p = swap_pieces_[next_piece];
+        if (io_busy[io_slot]) {
+          const Status w = swap_->wait(io[io_slot]);
+          if (!w.is_ok()) throw std::runtime_error(w.message());
+        }
+        std::copy_n(host_own.data<float>() + p.offset, p.n, swap_->slot_block(io_slot, 0, p.n));
+        // The optimizer state starts at zero (and the blocks' padding is written as zeros).
+        float* tail = swap_->slot_block(io_slot, 0, p.n) + p.n;
+        std::fill(tail, swap_->slot_block(io_slot, swap_->kinds(), p.n), 0.0f);
+        io[io_slot] = swap_->write_piece(p, io_slot);
+        io_busy[io_slot] = true;
+        io_slot = (io_slot + 1) % OptimizerSwap::kSlots;
+      }
     } else if (offloaded()) {
       u.master = host_buffer({u.shard});
       u.master.copy_from(host_own);
     } else {
       u.master = (stage == 0 ? full : own).clone(s);
     }
-    for (int i = 0; i < options.optimizer_states; ++i) {
+    for (int i = 0; i < options.optimizer_states && !swapped; ++i) {
       u.state.push_back(offloaded() ? host_buffer(u.master.shape())
                                     : Tensor::zeros(u.master.shape(), DType::f32, dev, s));
     }
@@ -326,6 +460,14 @@ ZeroState::ZeroState(nn::Model& model, const ZeroOptions& options, uint64_t seed
       reported = Clock::now();
       ZT_LOG_INFO("zero: start-up: {} of {} units ready after {:.0f} s", units_.size(), unit_count,
                   since(start));
+    }
+  }
+  if (swapped) {
+    const Status w = swap_->wait_all();
+    if (!w.is_ok()) throw std::runtime_error(w.message());
+    if (rank() == 0) {
+      ZT_LOG_INFO("zero: optimizer state swapped to {} ({:.1f} GiB per rank; {})", swap_->path(),
+                  swap_->file_bytes() / 1073741824.0, swap_->backend_note());
     }
   }
   if (offloaded()) offload_ = std::make_unique<OptimizerOffload>(*this, model);
@@ -353,6 +495,11 @@ ZeroState::~ZeroState() {
   for (auto& u : units_) {
     if (u.gather_in_flight) (void)u.pending_gather.wait();
   }
+  options_.stream.synchronize();
+  if (param_file_ != nullptr) {
+    (void)param_file_->wait_all();
+    (void)param_file_->remove();  // scratch space, as the optimizer's swap file
+  }
 }
 
 void ZeroState::record(const Status& s) {
@@ -365,7 +512,11 @@ ModelStateBytes ZeroState::state_bytes() const {
   auto bytes = [](const Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; };
   ModelStateBytes b;
   for (const auto& u : units_) {
-    b.params += bytes(u.persistent ? u.value : u.value_shard);
+    if (u.shard_offloaded) {
+      b.host_params += bytes(u.value_shard);  // (in the swap file: counted below)
+    } else {
+      b.params += bytes(u.persistent ? u.value : u.value_shard);
+    }
     if (options_.stage <= 1) b.grads += bytes(u.grad);
     if (options_.stage >= 1) b.grads += bytes(u.grad_shard);
     int64_t master = master_shared() ? 0 : bytes(u.master);
@@ -375,6 +526,14 @@ ModelStateBytes ZeroState::state_bytes() const {
     (offloaded() ? b.host_optimizer : b.optimizer) += state;
   }
   if (offload_) b.host_buffers = offload_->staging_bytes();
+  if (swap_) {
+    b.host_buffers += swap_->staging_bytes();
+    b.nvme = swap_->file_bytes();
+  }
+  if (param_file_) {
+    b.nvme += param_file_->size();
+    for (const auto& st : param_stages_) b.host_buffers += st->buf.size();
+  }
   return b;
 }
 
@@ -399,11 +558,24 @@ Status ZeroState::publish_params(bool lowp_written, bool with_frozen) {
     if (!st.trainable && !with_frozen) continue;
     Tensor own = own_compute_chunk(static_cast<int>(i));
     if (st.shard_from_master) continue;  // cast from the master when next gathered
+    if (st.shard_offloaded) {
+      // offload_param: the optimizer wrote the chunk where it rests; a refresh from the master
+      // (checkpoint loads) goes through a device copy.
+      if (st.trainable && !lowp_written) {
+        ZT_ASSIGN_OR_RETURN(Tensor m, master_values(static_cast<int>(i)));
+        if (m.device() != options_.device) m = m.to(options_.device, s);
+        Tensor chunk = Tensor::empty({st.shard}, options_.compute_dtype, options_.device, s);
+        round_into(chunk, m, options_.round_dtype, s);
+        ZT_RETURN_IF_ERROR(store_own_chunk(static_cast<int>(i), chunk));
+      }
+      continue;  // sharded at stage 3: nothing to all-gather
+    }
     // (A frozen unit has no master: its chunk is already the compute copy.)
     if (st.trainable && !master_shared() && !lowp_written) {
-      // An offloaded master is in host memory: its device copy is rounded (checkpoint loads).
-      const Tensor m = st.master.device() == options_.device ? st.master
-                                                              : st.master.to(options_.device, s);
+      // An offloaded master is in host memory (or the swap file): its device copy is rounded
+      // (checkpoint loads).
+      ZT_ASSIGN_OR_RETURN(Tensor m, master_values(static_cast<int>(i)));
+      if (m.device() != options_.device) m = m.to(options_.device, s);
       round_into(own, m, options_.round_dtype, s);
     }
     if (options_.stage >= 1 && st.persistent && world_size() > 1) {
@@ -441,25 +613,86 @@ Result<std::vector<Tensor>> ZeroState::gather_master() {
       Tensor whole = st.value;
       if (!st.persistent) {
         whole = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, s);
-        ZT_RETURN_IF_ERROR(options_.comm->all_gather(whole, st.value_shard.clone(s), s).wait());
+        ZT_ASSIGN_OR_RETURN(Tensor mine, load_own_chunk(static_cast<int>(out.size()), s));
+        ZT_RETURN_IF_ERROR(options_.comm->all_gather(whole, mine.clone(s), s).wait());
       }
       Tensor f = Tensor::empty({st.padded}, DType::f32, options_.device, s);
       kernels::cast(f, whole, s);
       out.push_back(f.to(Device::cpu(), s));
       continue;
     }
+    const int u = static_cast<int>(out.size());
+    ZT_ASSIGN_OR_RETURN(const Tensor master, master_values(u));
     if (options_.stage == 0) {
-      out.push_back(st.master.to(Device::cpu(), s));
+      out.push_back(master.to(Device::cpu(), s));
       continue;
     }
     Tensor full = Tensor::empty({st.padded}, DType::f32, options_.device, s);
     // The communicator works on the training device; offloaded masters are on the host.
-    Tensor send = st.master.device() == options_.device ? st.master.clone(s)
-                                                        : st.master.to(options_.device, s);
+    Tensor send = master.device() == options_.device ? master.clone(s)
+                                                     : master.to(options_.device, s);
     ZT_RETURN_IF_ERROR(options_.comm->all_gather(full, send, s).wait());
     out.push_back(full.to(Device::cpu(), s));
   }
   return out;
+}
+
+Result<Tensor> ZeroState::master_values(int u) {
+  UnitState& st = units_[u];
+  if (swap_ == nullptr || !st.trainable) return st.master;
+  Tensor m = Tensor::empty({st.shard}, DType::f32, Device::cpu());
+  ZT_RETURN_IF_ERROR(swap_->read_range(swap_pieces_, u, 0, 0, st.shard, m.data<float>()));
+  return m;
+}
+
+Status ZeroState::place_own_chunk(UnitState& st, const Tensor& chunk) {
+  const Stream& s = options_.stream;
+  if (options_.param_placement != ParamPlacement::kNvme) {
+    if (!st.value_shard.defined()) {
+      st.value_shard = options_.param_placement == ParamPlacement::kHostPinned
+                           ? Tensor::empty_pinned({st.shard}, options_.compute_dtype)
+                           : Tensor::empty({st.shard}, options_.compute_dtype, Device::cpu());
+    }
+    st.value_shard.copy_from(chunk, s);
+    s.synchronize();
+    return Status::ok();
+  }
+  ParamStage& stage = *param_stages_[next_param_stage_++ % param_stages_.size()];
+  stage.copied->synchronize();
+  const size_t bytes = chunk.nbytes();
+  memory_copy(stage.buf.data(), Device::cpu(), chunk.data(), chunk.device(), bytes, s);
+  const int64_t block = param_block_bytes(options_, st.shard);
+  std::memset(stage.buf.data() + bytes, 0, static_cast<size_t>(block) - bytes);
+  return param_file_->wait(param_file_->write_async(stage.buf.data(), block, st.param_file_offset));
+}
+
+Status ZeroState::store_own_chunk(int u, const Tensor& chunk) {
+  UnitState& st = units_[u];
+  if (!st.shard_offloaded) {
+    own_compute_chunk(u).copy_from(chunk, options_.stream);
+    return Status::ok();
+  }
+  return place_own_chunk(st, chunk);
+}
+
+Result<Tensor> ZeroState::load_own_chunk(int u, const Stream& s) {
+  UnitState& st = units_[u];
+  if (!st.shard_offloaded) return own_compute_chunk(u);
+  Tensor t = Tensor::empty({st.shard}, options_.compute_dtype, options_.device, s);
+  const size_t bytes = t.nbytes();
+  if (options_.param_placement != ParamPlacement::kNvme) {
+    memory_copy_async(t.data(), t.device(), st.value_shard.data(), Device::cpu(), bytes, s);
+    return t;
+  }
+  // From the file into the next staging buffer (once its last copy to the device is done), then
+  // to the device on `s`; the buffer is free again when the stream passes the copy.
+  ParamStage& stage = *param_stages_[next_param_stage_++ % param_stages_.size()];
+  stage.copied->synchronize();
+  ZT_RETURN_IF_ERROR(param_file_->wait(param_file_->read_async(
+      stage.buf.data(), param_block_bytes(options_, st.shard), st.param_file_offset)));
+  memory_copy_async(t.data(), t.device(), stage.buf.data(), Device::cpu(), bytes, s);
+  stage.copied->record(s);
+  return t;
 }
 
 // ---- stage 3 parameter gathering
@@ -480,6 +713,23 @@ CommHandle ZeroState::issue_gather(int u, CommDone& done) {
   // block's earlier users and for the optimizer's last write of value_shard.
   st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
   Tensor send = st.value_shard;
+  if (st.shard_offloaded) {
+    // offload_param: the chunk crosses to the device on the lane, ahead of its all-gather (and
+    // while the compute stream goes on with the unit before).
+    lane_.begin();
+    auto chunk = load_own_chunk(u, lane_.stream());
+    if (chunk.is_ok()) {
+      send = std::move(chunk).value();
+    } else {
+      record(chunk.status());
+      send = Tensor::zeros({st.shard}, options_.compute_dtype, options_.device, lane_.stream());
+    }
+    CommHandle h = options_.comm->all_gather(st.value, send, lane_.stream());
+    const Tensor used[] = {st.value, send};
+    done = lane_.end(used);
+    live_elements_ += st.padded;
+    return h;
+  }
   if (st.shard_from_master) {
     // The own chunk in the compute dtype, from the master the optimizer last wrote (both on the
     // compute stream, which the lane waits for below).

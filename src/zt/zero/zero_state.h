@@ -36,6 +36,7 @@
 
 #include "zt/checkpoint/flat_layout.h"
 #include "zt/comm/communicator.h"
+#include "zt/core/aio.h"
 #include "zt/core/tensor.h"
 #include "zt/nn/model.h"
 #include "zt/optim/optimizer.h"
@@ -48,12 +49,26 @@ namespace zt::zero {
 constexpr int64_t kShardAlignElems = ckpt::kShardAlignElems;
 
 class OptimizerOffload;
+class OptimizerSwap;
+struct OffloadPiece;
 
 // Where the fp32 master weights and the optimizer state of the own chunks live.
 enum class OptimizerPlacement : unsigned char {
   kDevice,        // on the training device (no offload; every CPU engine)
   kHostPinned,    // offload_optimizer, pin_memory true: page-locked host memory
   kHostPageable,  // offload_optimizer, pin_memory false: ordinary host memory
+  kNvme,          // offload_optimizer {device: nvme}: a swap file under nvme_path (ZeRO-Infinity)
+};
+
+// Where a stage-3 unit's own 16-bit chunk lives at rest (offload_param; docs/zero.md). Only
+// units sharded at rest move (persistent units stay whole on the device), and only together
+// with an offloaded optimizer: without it the chunk is cast from the fp32 master on the device
+// at each gather and there is nothing at rest to move.
+enum class ParamPlacement : unsigned char {
+  kDevice,        // on the training device
+  kHostPinned,    // offload_param {device: cpu, pin_memory: true}: page-locked host memory
+  kHostPageable,  // offload_param {device: cpu}: ordinary host memory
+  kNvme,          // offload_param {device: nvme}: a swap file under nvme_path
 };
 
 // How the offloaded host step cuts the own chunks: pieces of at most offload_piece_elements
@@ -85,6 +100,17 @@ struct ZeroOptions {
   OptimizerPlacement optimizer_placement = OptimizerPlacement::kDevice;
   OffloadGranularity offload_granularity = OffloadGranularity::kPieces;
   int64_t offload_piece_elements = int64_t{1} << 23;  // 32 MiB of f32 gradient per copy
+  // kNvme: the folder the swap file goes under (nvme_path), the aio block, and whether the
+  // pipeline overlaps reads and writes with the host step (pipeline_read / pipeline_write).
+  std::string nvme_folder = {};
+  aio::Options aio = {};
+  bool swap_pipeline_read = true;
+  bool swap_pipeline_write = true;
+  // offload_param (stage 3 with an offloaded optimizer; ParamPlacement), its nvme_path and how
+  // many chunks may be between the disk and the device at once (buffer_count).
+  ParamPlacement param_placement = ParamPlacement::kDevice;
+  std::string param_nvme_folder = {};
+  int param_buffer_count = 5;
   // Stage 3 steps the optimizer in sub-groups of at most this many elements (sub_group_size).
   int64_t sub_group_elements = 1000000000;
   // communication_data_type: the dtype gradients are reduced in; unset: as accumulated (f32,
@@ -106,6 +132,10 @@ struct UnitState {
   // Stage 3, not persistent, 16-bit on a GPU without offload: value_shard is not kept; each
   // gather casts the own chunk from the fp32 master (2 bytes per parameter / W saved, as FSDP2).
   bool shard_from_master = false;
+  // offload_param: the own chunk is not on the device at rest but in value_shard on the host
+  // (kHost*) or at param_file_offset of the parameter swap file (kNvme; value_shard undefined).
+  bool shard_offloaded = false;
+  int64_t param_file_offset = -1;
   Tensor grad;                // full gradient (stages 2-3: from its backward until reduced)
   Tensor grad_shard;          // stages 1-3: own chunk of the reduced, averaged gradient (f32)
   Tensor master;              // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
@@ -128,8 +158,10 @@ struct ModelStateBytes {
   int64_t host_master = 0;     // fp32 master weights of the own chunks
   int64_t host_optimizer = 0;  // optimizer state of the own chunks
   int64_t host_buffers = 0;    // the offload pipeline's page-locked staging buffers
+  int64_t host_params = 0;     // offload_param cpu: the 16-bit own chunks of sharded units
+  int64_t nvme = 0;            // the swap files (optimizer state; offload_param nvme's chunks)
   int64_t total() const { return params + grads + master + optimizer; }
-  int64_t host_total() const { return host_master + host_optimizer + host_buffers; }
+  int64_t host_total() const { return host_master + host_optimizer + host_buffers + host_params; }
 };
 
 // Where a unit of `numel` elements lives on `world` ranks: padded to a multiple of world *
@@ -149,6 +181,9 @@ bool offloaded(const ZeroOptions& o);
 bool master_shared(const ZeroOptions& o);
 // Stage 3 on a GPU in 16-bit without offload keeps no 16-bit shard of a sharded unit at rest.
 bool shard_from_master(const ZeroOptions& o, const UnitLayout& l);
+// offload_param moves this unit's own chunk off the device (a sharded unit at stage 3, with the
+// optimizer offloaded).
+bool shard_offloaded(const ZeroOptions& o, const UnitLayout& l);
 
 // The model-state bytes a ZeroState with these options on `world` ranks holds at rest for units
 // of `unit_numels` elements, computed without allocating anything: what state_bytes() reports
@@ -195,6 +230,10 @@ class ZeroState : public nn::UnitHooks {
   bool master_shared() const { return zero::master_shared(options_); }
   // The host step of offload_optimizer; null without offload.
   OptimizerOffload* offload() { return offload_.get(); }
+  // The NVMe swap file of the master and optimizer state (kNvme), and the pieces it is laid out
+  // in; null and empty otherwise. A swapped unit's master and state tensors are undefined.
+  OptimizerSwap* swap() { return swap_.get(); }
+  const std::vector<OffloadPiece>& swap_pieces() const { return swap_pieces_; }
 
   // Set before each backward: whether this micro-step reduces gradients (stages 0-1: only at
   // the accumulation boundary; stages 2-3: always).
@@ -221,6 +260,16 @@ class ZeroState : public nn::UnitHooks {
   Status all_reduce_doubles(std::vector<double>& values, ReduceOp op);
   // Gathers the full fp32 master weights of every unit onto this rank (checks, exports).
   Result<std::vector<Tensor>> gather_master();
+  // Unit u's fp32 master over its master extent: the tensor itself, or (swapped to NVMe) a host
+  // copy read from the swap file.
+  Result<Tensor> master_values(int u);
+  // The own chunk of unit u's compute copy on the training device, wherever it lives at rest
+  // (offload_param: copied from the host or read from the swap file, enqueued on `s`).
+  Result<Tensor> load_own_chunk(int u, const Stream& s);
+  // Writes a device copy of unit u's own chunk to where it lives at rest (waits for it).
+  Status store_own_chunk(int u, const Tensor& chunk);
+  // offload_param nvme: the parameter swap file, and where the optimizer writes piece values.
+  aio::SwapFile* param_file() { return param_file_.get(); }
 
   // One optimizer step of every unit's master weights (zero_step.cc): the engine computed the
   // step values (unscale and clip factor, lr, betas); this cuts the master extents into the
@@ -239,11 +288,12 @@ class ZeroState : public nn::UnitHooks {
   // extent it keeps ([0, padded) when whole, else its own chunk), converted to and from f32.
   std::pair<int64_t, int64_t> master_extent(int u) const;
   // Copies the saved chunk of tensor `kind` of unit u into host memory (saved_numel floats).
-  void read_saved(int u, int kind, float* dst);
+  // Fails only where the state is swapped to NVMe and the file cannot be read.
+  Status read_saved(int u, int kind, float* dst);
   // Zeroes tensor `kind` of unit u over its master extent.
-  void zero_extent(int u, int kind);
+  Status zero_extent(int u, int kind);
   // Copies n host values into tensor `kind` of unit u, `offset` elements into its master extent.
-  void write_range(int u, int kind, int64_t offset, const float* src, int64_t n);
+  Status write_range(int u, int kind, int64_t offset, const float* src, int64_t n);
   // After write_range: the compute copy is made from the master weights again (collective:
   // the persistent units' chunks are all-gathered, as after a step).
   Status refresh_params();
@@ -300,6 +350,15 @@ class ZeroState : public nn::UnitHooks {
   bool time_gathers_ = false;
   EventSpans gather_spans_;
   Status hook_status_;
+  Status place_own_chunk(UnitState& st, const Tensor& chunk);
+  std::unique_ptr<OptimizerSwap> swap_;
+  // offload_param nvme: the file, and a ring of page-locked staging buffers that chunks read
+  // from it cross to the device through (each reused once its copy has finished).
+  std::unique_ptr<aio::SwapFile> param_file_;
+  struct ParamStage;
+  std::vector<std::unique_ptr<ParamStage>> param_stages_;
+  size_t next_param_stage_ = 0;
+  std::vector<OffloadPiece> swap_pieces_;
   std::unique_ptr<OptimizerOffload> offload_;
 };
 

@@ -12,7 +12,7 @@ Result<int64_t> ZeroState::optimizer_step(optim::Optimizer& optimizer,
   if (offload_) {
     // ZeRO-Offload: the same step values, applied by the CPU kernels to the host master weights;
     // the pipeline writes the compute copy's own chunks back to the device.
-    offload_->step(optimizer, v);
+    ZT_RETURN_IF_ERROR(offload_->step(optimizer, v));
     ZT_RETURN_IF_ERROR(publish_params(/*lowp_written=*/true));
     return int64_t{0};  // no optimizer call on the device
   }

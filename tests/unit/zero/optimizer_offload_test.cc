@@ -105,7 +105,7 @@ void expect_same_training(int stage, const optim::OptimizerSpec& spec, int64_t p
     fill_grads(*ref.zero, step);
     fill_grads(*off.zero, step);
     step_reference(*ref.zero, *ref.model, opt_ref, v);
-    off.zero->offload()->step(opt_off, v);
+    ASSERT_TRUE(off.zero->offload()->step(opt_off, v).is_ok());
     ASSERT_TRUE(off.zero->publish_params(true).is_ok());
   }
   EXPECT_EQ(opt_off.steps(), 3);
