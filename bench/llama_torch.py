@@ -35,7 +35,10 @@ import sys
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-SHAPES = {"llama-1b": (16, 32, 8, 2048, 8192, True), "llama-8b": (32, 32, 8, 4096, 14336, False)}
+# name: (layers, heads, KV heads, hidden, intermediate, tied head), as src/zt/nn/models/registry.cc.
+SHAPES = {"llama-tiny": (4, 4, 2, 128, 352, True), "llama-1b": (16, 32, 8, 2048, 8192, True),
+          "llama-8b": (32, 32, 8, 4096, 14336, False),
+          "llama-70b": (80, 64, 8, 8192, 28672, False)}
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -79,6 +82,47 @@ def add_lora(model, r, alpha, impl):
     return get_peft_model(model, cfg), "peft"
 
 
+def llama_config(name):
+    """transformers' LlamaConfig of a named shape: Llama 3's vocabulary (llama-tiny: bytes),
+    rope theta 500000, SDPA attention, no KV cache."""
+    layers, heads, kv, hidden, inner, tied = SHAPES[name]
+    return LlamaConfig(num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+                       hidden_size=hidden, intermediate_size=inner,
+                       vocab_size=257 if name == "llama-tiny" else 128256,
+                       max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+                       tie_word_embeddings=tied, attn_implementation="sdpa", use_cache=False)
+
+
+def build_model(cfg, dtype, device):
+    """LlamaForCausalLM with random weights made directly on `device`, parameters in `dtype`
+    (buffers such as RoPE's inv_freq stay fp32)."""
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    for prm in model.parameters():
+        if prm.dtype != dtype:
+            prm.data = prm.data.to(dtype)
+    return model
+
+
+def flops_per_token(model, seq):
+    """Model FLOPs per token as zt_bench_gpt2 counts them: 6 per trainable matmul parameter, 4 per
+    frozen one (the head once, tied or not; not the embedding lookup) + 12 L T (heads x head size).
+    Call it before FSDP2 shards the model."""
+    cfg = model.config
+    emb = model.get_input_embeddings().weight
+    params = sum(q.numel() for q in model.parameters())
+    n_train = sum(q.numel() for q in model.parameters() if q.requires_grad)
+    f_emb = 6 if emb.requires_grad else 4
+    matmul_flops = 6 * n_train + 4 * (params - n_train) - f_emb * emb.numel()
+    if cfg.tie_word_embeddings:
+        matmul_flops += f_emb * emb.numel()
+    return matmul_flops + 12 * cfg.num_hidden_layers * seq * cfg.hidden_size
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="llama-1b")
@@ -98,27 +142,15 @@ def main():
                         "per step (stderr), as zt_bench_gpt2 --kernel-trace does")
     a = p.parse_args()
     alpha = a.lora_alpha if a.lora_alpha is not None else 2.0 * a.lora
-    layers, heads, kv, hidden, inner, tied = SHAPES[a.model]
-    cfg = LlamaConfig(num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                      hidden_size=hidden, intermediate_size=inner, vocab_size=128256,
-                      max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
-                      tie_word_embeddings=tied, attn_implementation="sdpa", use_cache=False)
+    cfg = llama_config(a.model)
+    vocab = cfg.vocab_size
     torch.manual_seed(1)
     torch.backends.cuda.matmul.allow_tf32 = True
     # Built on the GPU: bf16 with LoRA (the frozen base keeps no fp32 copy), else fp32 weights.
     base_dtype = torch.bfloat16 if a.lora else torch.float32
-    torch.set_default_dtype(base_dtype)
-    try:
-        with torch.device("cuda"):
-            model = LlamaForCausalLM(cfg)
-    finally:
-        torch.set_default_dtype(torch.float32)
-    for prm in model.parameters():  # (in place: buffers such as RoPE's inv_freq stay fp32)
-        if prm.dtype != base_dtype:
-            prm.data = prm.data.to(base_dtype)
+    model = build_model(cfg, base_dtype, "cuda")
     model.train()
     base = model
-    emb = base.get_input_embeddings().weight
     if a.checkpointing:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora_impl = None
@@ -139,20 +171,13 @@ def main():
         assert all(q.dtype == torch.bfloat16 for q in model.parameters() if not q.requires_grad)
     opt = torch.optim.AdamW(trainable, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     fwd = torch.compile(model) if a.compile else model
-    # Model FLOPs per token as zt_bench_gpt2 counts them: 6 per trainable matmul parameter, 4 per
-    # frozen one (the head once, tied or not; not the embedding lookup) + 12 L T (heads x head
-    # size).
     params = sum(q.numel() for q in model.parameters())
     n_train = sum(q.numel() for q in trainable)
-    f_emb = 6 if emb.requires_grad else 4
-    matmul_flops = 6 * n_train + 4 * (params - n_train) - f_emb * emb.numel()
-    if tied:
-        matmul_flops += f_emb * emb.numel()
-    flops_tok = matmul_flops + 12 * layers * a.seq * hidden
+    flops_tok = flops_per_token(base, a.seq)
     times, losses = [], []
 
     def train_step():
-        x = torch.randint(0, 128256, (a.batch, a.seq), device="cuda")
+        x = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = fwd(input_ids=x, labels=x).loss
         loss.backward()

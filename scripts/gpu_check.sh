@@ -14,6 +14,10 @@
 # the TensorBoard and CSV monitors, wall_clock_breakdown and flops_profiler, and reads the event
 # file back with TensorBoard's own EventAccumulator. Section `tune` (not in the default list) runs
 # the autotuner over a small space of GPT-2 runs.
+# Section `infinity` (not in the default list; one ~9-minute call) measures ZeRO-Infinity on one
+# GPU (optimizer and parameter offload to host memory, the optimizer state swapped to NVMe) next
+# to PyTorch FSDP2 with CPUOffloadPolicy, the disk's own O_DIRECT speed, and the largest models;
+# its comment below lists its knobs (ZT_INF_*).
 # Section `tokenize` (CPU only; not in the default list) times tokenizer.json encoding next to
 # Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
 # GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
@@ -137,6 +141,394 @@ echo "== llama-8b, ZeRO-Offload (stage 1, optimizer on the host), batch 1, seq 2
 "$bin"/zt_bench_gpt2 --model llama-8b --batch 1 --seq 2048 --dtype bf16 --steps 4 --warmup 2 \
   --stage 1 --offload-optimizer cpu >"$out/offload8b.jsonl" 2>"$out/offload8b.log" ||
   tail -5 "$out/offload8b.log"
+fi
+
+if on infinity; then
+# Section `infinity` (not in the default list; one call of about 9 minutes): ZeRO-Infinity on one
+# GPU next to PyTorch FSDP2 with CPUOffloadPolicy, bf16, ZeRO stage 3, activation checkpointing,
+# micro-batch ZT_INF_BATCH (4) x ZT_INF_SEQ (1024), ZT_INF_WARMUP (1) + ZT_INF_STEPS (2) steps:
+#   disk     zt_bench_disk in ZT_INF_NVME_DIR (default /tmp/zt_nvme): O_DIRECT write and read of
+#            ZT_INF_DISK_GB (8) GB in 1 MiB blocks at each queue depth of ZT_INF_DISK_QDS ("8 32");
+#            the swap below uses the depth that moved read + write fastest (ZT_INF_AIO_QD sets it)
+#   zt-b     (b) offload_optimizer cpu + offload_param cpu on ZT_INF_MODEL (gpt-6.7b): the row the
+#            goal compares with FSDP2's (2x its tokens/s)
+#   fsdp2    bench/offload_torch.py, the same model, FSDP2 + CPUOffloadPolicy(pin_memory=True)
+#   zt-c     (c) offload_optimizer nvme + offload_param ZT_INF_NVME_PARAM (cpu) on the first of
+#            ZT_INF_NVME_MODELS whose swap file (12 bytes a parameter) fits the folder's free space
+#            and whose steps the disk's measured speed lets finish in time (ZT_INF_WARMUP +
+#            ZT_INF_NVME_STEPS (1) steps); the swap's GB/s (the bytes read and written per step
+#            over the host step's time) against the disk's. gpt-6.7b needs 80 GB free (93 GB with
+#            ZT_INF_NVME_PARAM=nvme): on a 64 GiB disk a smaller model of the list runs
+#   zt-a     (a) offload_optimizer cpu on ZT_INF_MODEL
+#   largest-a, largest-b  the largest of ZT_INF_LARGEST (GPT shapes above 6.7B) that (a) and (b)
+#            train: host memory (12 or 14 bytes a parameter) and `zt estimate`'s GPU peak pick the
+#            first that should fit, then a trial of 2 steps; a failure tries the next one down.
+#            gpt-Nb-shape names gpt-6.7b's block repeated (inf_shape below), NAME=layers,width,heads
+#            any GPT; both are written as a config.json that both sides open
+# ZT_INF_PLAN picks and orders them (default "disk zt-b fsdp2 zt-c zt-a largest-a largest-b": the
+# goal's figures first); each runs under `timeout`, capped by what is left of ZT_INF_BUDGET_S
+# (540) and skipped when too little is left. JSON lines in infinity.jsonl (one per run, with its
+# outcome, the benchmark's line, the peak resident host memory of its process and what the engine
+# logged of its swap files), logs and bench lines in infinity/, the table in infinity.txt.
+# ZT_INF_AIO_THREADS (1): the disk benchmark's --threads and the swap's intra_op_parallelism.
+# A dry run without a GPU (ZT_INF_DEVICE=cpu: a CPU engine, where offload_param does nothing and
+# the NVMe swap runs; FSDP2 is skipped; ZT_INF_BIN: a CPU build's binaries), tiny models, ~15 s:
+#   ZT_GPU_SECTIONS=infinity ZT_INF_DEVICE=cpu ZT_INF_BIN=build/bin ZT_INF_MODEL=gpt2-tiny \
+#     ZT_INF_SEQ=64 ZT_INF_BATCH=2 ZT_INF_DISK_GB=0.25 ZT_INF_NVME_MODELS="t2=4,256,4 gpt2-tiny" \
+#     ZT_INF_LARGEST="t3=8,512,8 t2=4,256,4" ZT_INF_NVME_DIR=/tmp/zt_nvme OUT=/tmp/inf_dry \
+#     bash scripts/gpu_check.sh
+inf_out=$out/infinity.jsonl
+inf_dir=$out/infinity
+: >"$inf_out"
+rm -rf "$inf_dir" && mkdir -p "$inf_dir/shapes"
+inf_end=$((SECONDS + ${ZT_INF_BUDGET_S:-540}))
+inf_bin=${ZT_INF_BIN:-$bin}
+inf_dev=${ZT_INF_DEVICE:-cuda}
+inf_nvme=${ZT_INF_NVME_DIR:-/tmp/zt_nvme}
+inf_model=${ZT_INF_MODEL:-gpt-6.7b}
+inf_batch=${ZT_INF_BATCH:-4}
+inf_seq=${ZT_INF_SEQ:-1024}
+inf_qd=${ZT_INF_AIO_QD:-}
+inf_threads=${ZT_INF_AIO_THREADS:-1}
+inf_pparam=${ZT_INF_NVME_PARAM:-cpu}
+mkdir -p "$inf_nvme"
+echo "== infinity: ZeRO-Infinity on one GPU ($inf_model, micro-batch $inf_batch x $inf_seq, bf16," \
+  "stage 3, activation checkpointing) next to FSDP2 + CPUOffloadPolicy; swap folder $inf_nvme"
+# Buckets of 5e7 elements, as scripts/gpu_scaling.py runs stage 3: the default 5e8 holds up to
+# 2 GB of fp32 gradient per bucket on the GPU, which the largest-model trials need.
+inf_zero='"reduce_bucket_size": 50000000'
+inf_pin='"pin_memory": true'
+# gpt-Nb-shape: gpt-6.7b's block (width 4096, 32 heads of 128), more or fewer of them, for sizes
+# between the named ones; NAME=layers,width,heads for any other. Written as a config.json
+# (model_type gpt2, no weights) that zt_bench_gpt2, zt estimate and bench/offload_torch.py open.
+inf_shape() {
+  case $1 in
+    gpt-4b-shape) echo "20 4096 32" ;;   # 4.24B
+    gpt-7b-shape) echo "36 4096 32" ;;   # 7.46B
+    gpt-8b-shape) echo "40 4096 32" ;;   # 8.27B
+    gpt-9b-shape) echo "44 4096 32" ;;   # 9.07B
+    gpt-10b-shape) echo "48 4096 32" ;;  # 9.88B
+    gpt-11b-shape) echo "52 4096 32" ;;  # 10.69B
+    *=*) echo "${1#*=}" | tr ',' ' ' ;;
+  esac
+}
+# The --model argument for NAME: the name itself, or the folder its config.json went to.
+inf_path() {
+  local name=${1%%=*} shape
+  shape=$(inf_shape "$1")
+  if [[ -z $shape ]]; then
+    echo "$1"
+    return
+  fi
+  mkdir -p "$inf_dir/shapes/$name"
+  python3 - "$inf_dir/shapes/$name/config.json" $shape <<'PY'
+import json, sys
+layers, width, heads = map(int, sys.argv[2:5])
+json.dump({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": layers,
+           "n_embd": width, "n_head": heads, "n_positions": 2048, "vocab_size": 50257,
+           "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+           "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "initializer_range": 0.02,
+           "tie_word_embeddings": True, "bos_token_id": 50256, "eos_token_id": 50256},
+          open(sys.argv[1], "w"), indent=1)
+PY
+  echo "$inf_dir/shapes/$name"
+}
+# Runs its arguments and writes the peak resident memory of the largest process it waited for
+# (the benchmark under `timeout`; page-locked host memory is resident) to the file in $1.
+inf_rss_py='import resource, subprocess, sys
+rc = subprocess.call(sys.argv[2:])
+open(sys.argv[1], "w").write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024))
+sys.exit(rc if rc >= 0 else 128 - rc)'
+# inf_run NAME MIN_S CAP_S COMMAND...: COMMAND under timeout min(CAP_S, time left); stdout in
+# $inf_dir/NAME.json, stderr in NAME.log, peak RSS in NAME.rss. Sets inf_outcome (ok, failed
+# (exit N), timed out, or skipped) and inf_wall.
+inf_run() {
+  local name=$1 min=$2 cap=$3 left=$((inf_end - SECONDS)) t0=$SECONDS rc
+  shift 3
+  inf_wall=0
+  if ((left < min)); then
+    inf_outcome="skipped: ${left} s of the budget left, needs ${min}"
+    echo "infinity $name: $inf_outcome"
+    return
+  fi
+  ((cap <= left)) || cap=$left
+  python3 -c "$inf_rss_py" "$inf_dir/$name.rss" timeout -k 10 "$cap" "$@" \
+    >"$inf_dir/$name.json" 2>"$inf_dir/$name.log"
+  rc=$?
+  inf_wall=$((SECONDS - t0))
+  if ((rc == 0)) && grep -q '^{' "$inf_dir/$name.json"; then
+    inf_outcome=ok
+  elif ((rc == 124 || (rc == 137 && inf_wall >= cap))); then
+    inf_outcome="timed out after $inf_wall s"
+  elif ((rc == 137)); then
+    inf_outcome="killed (SIGKILL; out of host memory?)"
+  else
+    inf_outcome="failed (exit $rc)"
+  fi
+  echo "infinity $name: $inf_outcome ($inf_wall s)"
+  [[ $inf_outcome == ok ]] || grep -v '^\[zt\].* INFO ' "$inf_dir/$name.log" | tail -3
+}
+# inf_row NAME CASE MODEL [EXTRA_JSON]: one line of infinity.jsonl for run NAME: its outcome and
+# wall time, the benchmark's JSON line ("bench"), peak RSS, and from the engine's log the swap
+# files' sizes (MiB per rank: the optimizer's, the parameters') and its last error line.
+inf_row() {
+  local extra=${4:-}
+  [[ -n $extra ]] || extra='{}'
+  python3 - "$inf_dir" "$1" "$2" "$3" "$inf_outcome" "$inf_wall" "$extra" >>"$inf_out" <<'PY'
+import json, re, sys
+d, name, case, model, outcome, wall, extra = sys.argv[1:8]
+row = {"case": case, "model": model, "run": name, "outcome": outcome, "wall_s": int(wall),
+       **json.loads(extra)}
+try:
+    row["bench"] = next(json.loads(l) for l in open(f"{d}/{name}.json") if l.startswith("{"))
+except Exception:
+    pass
+try:
+    row["host_peak_rss_bytes"] = int(open(f"{d}/{name}.rss").read())
+except Exception:
+    pass
+try:
+    log = open(f"{d}/{name}.log", errors="replace").read()
+    m = re.search(r"swapped to NVMe: ([0-9.]+) MiB per rank", log)
+    p = re.search(r"offload_param: sharded 16-bit chunks at rest in the parameter swap file "
+                  r"\(([0-9.]+) MiB\)", log)
+    note = re.search(r"optimizer state swapped to \S+ \(([^)]*)\)", log)
+    if note:  # the aio backend and settings the swap file got
+        row["swap_note"] = note.group(1)
+    if m:  # the engine's figure counts both files; the optimizer's is the rest
+        param = float(p.group(1)) if p else 0.0
+        row["nvme_param_mib"] = param
+        row["nvme_optimizer_mib"] = float(m.group(1)) - param
+    if outcome != "ok":
+        err = [l for l in log.splitlines() if l.strip() and " INFO " not in l]
+        row["last_log_line"] = err[-1][-400:] if err else ""
+except OSError:
+    pass
+print(json.dumps(row))
+PY
+}
+# inf_predict NAME MODEL_PATH MODE: whether MODE (a, b or c) should fit this machine, as
+# "fits|no PARAMS REASON...": zt estimate's GPU peak for stage 3 + offload_optimizer cpu with
+# checkpointing (an upper bound for b and c, which keep 2 bytes a parameter less on the GPU),
+# host memory (master and Adam state 12 bytes a parameter, the bf16 chunks 2 more with
+# offload_param cpu) within 92% of MemAvailable less 4 GiB (CUDA context, staging, the process),
+# and for c the swap file (12 bytes a parameter, 14 with offload_param nvme) within 95% of the
+# folder's free space and its steps within the time left at the disk's measured speed.
+inf_predict() {
+  local name=$1 mp=$2 mode=$3 est=$inf_dir/estimate_$1.json
+  local edev=()
+  [[ $inf_dev == cpu ]] && edev=(--device cpu)
+  if [[ ! -s $est ]]; then
+    printf '{"train_micro_batch_size_per_gpu": %s, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 6e-4}}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, %s}}' \
+      "$inf_batch" "$inf_zero" >"$inf_dir/estimate_ds.json"
+    timeout 60 "$inf_bin"/zt estimate --model "$mp" --config "$inf_dir/estimate_ds.json" \
+      --seq-len "$inf_seq" --gradient-checkpointing "${edev[@]}" --json >"$est" 2>"$est.log"
+  fi
+  python3 - "$est" "$mode" "$inf_nvme" "$inf_pparam" "$((inf_end - SECONDS))" "$inf_out" \
+    "${inf_qd:-8}" "${ZT_INF_WARMUP:-1}" "${ZT_INF_NVME_STEPS:-1}" <<'PY'
+import json, os, sys
+est, mode, nvme, pparam, left, rows, qd, warm, steps = sys.argv[1:10]
+GIB = 2**30
+try:
+    j = json.load(open(est))
+except Exception:
+    print("fits 0 no zt estimate: trying")  # let the engine's start-up checks judge
+    sys.exit()
+n = j["model"]["params"]
+z = j["zerotrain"]["with_checkpointing"]
+avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
+host = {"a": 12, "b": 14, "c": 2 if pparam == "cpu" else 0}[mode] * n
+host_cap = 0.92 * avail - 4 * GIB
+why = []
+if not z["fits"]:
+    why.append(f"GPU {z['device_total_bytes'] / GIB:.1f} GiB predicted")
+if host > host_cap:
+    why.append(f"host {host / GIB:.1f} GiB > {host_cap / GIB:.1f}")
+if mode == "c":
+    st = os.statvfs(nvme)
+    free = st.f_bavail * st.f_frsize
+    disk = (12 + (2 if pparam == "nvme" else 0)) * n
+    if disk > 0.95 * free:
+        why.append(f"swap {disk / 1e9:.0f} GB > 95% of {free / 1e9:.0f} GB free")
+    # Time: the initial state written once, then per step the state read and written, at the
+    # disk's speed at this queue depth, and start-up (drawing the initial values, page-locking:
+    # about 10 s a billion parameters on 16 cores, 20 s more for the rest).
+    d = [r["bench"] for r in map(json.loads, open(rows)) if r.get("case") == "disk" and "bench" in r]
+    d = [b for b in d if str(b["queue_depth"]) == qd] or d
+    if d:
+        w, r = d[0]["write_gbs"] * 1e9, d[0]["read_gbs"] * 1e9
+        t = 12 * n / w + (int(warm) + int(steps)) * (12 * n / r + 12 * n / w) + 10 * n / 1e9 + 20
+        if t > int(left):
+            why.append(f"about {t:.0f} s at the disk's speed > {left} s left")
+print("fits" if not why else "no", n, "; ".join(why) or f"GPU {z['device_total_bytes'] / GIB:.1f} GiB, host {host / GIB:.1f} GiB")
+PY
+}
+# inf_zt MODE NAME MODEL_PATH MIN_S CAP_S [bench flags]: zt_bench_gpt2 in mode a, b or c.
+inf_zt() {
+  local mode=$1 name=$2 mp=$3 min=$4 cap=$5 zk=$inf_zero off=()
+  shift 5
+  case $mode in
+    a) off=(--offload-optimizer cpu) ;;
+    b) off=(--offload-optimizer cpu)
+       zk+=", \"offload_param\": {\"device\": \"cpu\", $inf_pin}" ;;
+    c) rm -rf "$inf_nvme/$name" && mkdir -p "$inf_nvme/$name"
+       zk+=", \"sub_group_size\": 100000000, \"offload_optimizer\": {\"device\": \"nvme\","
+       zk+=" \"nvme_path\": \"$inf_nvme/$name\", $inf_pin, \"pipeline_read\": true,"
+       zk+=" \"pipeline_write\": true}, \"offload_param\": {\"device\": \"$inf_pparam\","
+       zk+=" \"nvme_path\": \"$inf_nvme/$name\", $inf_pin}"
+       # zt_bench_gpt2 adds --zero-keys inside the zero_optimization block; the aio block, a
+       # top-level one, comes in by closing that block first (the bench closes the aio block).
+       zk+="}, \"aio\": {\"block_size\": 1048576, \"queue_depth\": ${inf_qd:-8},"
+       zk+=" \"intra_op_parallelism\": $inf_threads, \"single_submit\": false, \"overlap_events\": true" ;;
+  esac
+  inf_run "$name" "$min" "$cap" "$inf_bin"/zt_bench_gpt2 --model "$mp" --batch "$inf_batch" \
+    --seq "$inf_seq" --dtype bf16 --stage 3 --gradient-checkpointing --device "$inf_dev" \
+    --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_STEPS:-2}" "${off[@]}" --zero-keys "$zk" "$@"
+  # A killed run leaves its swap files behind: they would fill the disk for the next.
+  [[ $mode != c ]] || rm -rf "${inf_nvme:?}/$name"
+}
+# inf_ladder MODE: the largest of ZT_INF_LARGEST (largest first) that MODE trains; candidates
+# predicted not to fit are recorded untried; a trial that fails hands on to the next one.
+inf_ladder() {
+  local mode=$1 m mp name verdict n why found=""
+  for m in ${ZT_INF_LARGEST:-gpt-13b gpt-11b-shape gpt-10b-shape gpt-9b-shape gpt-8b-shape gpt-7b-shape}; do
+    name=${m%%=*}
+    mp=$(inf_path "$m")
+    read -r verdict n why <<<"$(inf_predict "$name" "$mp" "$mode")"
+    if [[ $verdict != fits ]]; then
+      inf_outcome="not tried: predicted not to fit ($why)" inf_wall=0
+    else
+      echo "infinity largest-$mode $name ($n parameters): $why; trial"
+      inf_zt "$mode" "largest_${mode}_$name" "$mp" 90 200 --warmup 1 --steps 1
+      [[ $inf_outcome != ok ]] || found=$name
+    fi
+    inf_row "largest_${mode}_$name" "largest-$mode" "$name" "{\"params\": ${n:-0}}"
+    [[ -z $found ]] || return 0
+  done
+  echo "infinity largest-$mode: none of the candidates trained"
+}
+
+inf_mp=$(inf_path "$inf_model")
+for inf_job in ${ZT_INF_PLAN:-disk zt-b fsdp2 zt-c zt-a largest-a largest-b}; do
+  case $inf_job in
+    disk)
+      for inf_q in ${ZT_INF_DISK_QDS:-8 32}; do
+        inf_run "disk_qd$inf_q" 20 120 "$inf_bin"/zt_bench_disk --dir "$inf_nvme" \
+          --size-gb "${ZT_INF_DISK_GB:-8}" --block-size 1048576 \
+          --queue-depth "$inf_q" --threads "$inf_threads"
+        inf_row "disk_qd$inf_q" disk "-"
+      done
+      # The queue depth that moved a read and a write of the same bytes fastest.
+      [[ -n $inf_qd ]] || inf_qd=$(python3 - "$inf_out" <<'PY'
+import json, sys
+d = [r["bench"] for r in map(json.loads, open(sys.argv[1])) if r["case"] == "disk" and "bench" in r]
+print(min(d, key=lambda b: 1 / b["write_gbs"] + 1 / b["read_gbs"])["queue_depth"] if d else 8)
+PY
+)
+      echo "infinity: the swap uses queue depth ${inf_qd:-8}" ;;
+    zt-a | zt-b)
+      inf_zt "${inf_job#zt-}" "${inf_job/-/_}" "$inf_mp" 60 200
+      inf_row "${inf_job/-/_}" "${inf_job#zt-}" "$inf_model" ;;
+    zt-c)
+      inf_c=""
+      for inf_m in ${ZT_INF_NVME_MODELS:-gpt-6.7b gpt-4b-shape gpt-2.7b gpt-1.3b}; do
+        read -r inf_v inf_n inf_why <<<"$(inf_predict "${inf_m%%=*}" "$(inf_path "$inf_m")" c)"
+        if [[ $inf_v == fits ]]; then inf_c=$inf_m; break; fi
+        echo "infinity zt-c: ${inf_m%%=*} not tried ($inf_why)"
+        inf_outcome="not tried: predicted not to fit ($inf_why)" inf_wall=0
+        inf_row "zt_c_${inf_m%%=*}" c "${inf_m%%=*}" "{\"params\": ${inf_n:-0}}"
+      done
+      if [[ -n $inf_c ]]; then
+        inf_zt c "zt_c_${inf_c%%=*}" "$(inf_path "$inf_c")" 60 300 \
+          --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_NVME_STEPS:-1}"
+        inf_row "zt_c_${inf_c%%=*}" c "${inf_c%%=*}" \
+          "{\"params\": ${inf_n:-0}, \"aio_queue_depth\": ${inf_qd:-8}, \"aio_threads\": $inf_threads, \"offload_param\": \"$inf_pparam\"}"
+      fi ;;
+    fsdp2)
+      if [[ $inf_dev == cpu ]]; then
+        echo "infinity fsdp2: skipped on a CPU run"
+        continue
+      fi
+      inf_run fsdp2 60 240 python3 bench/offload_torch.py --model "$inf_mp" --batch "$inf_batch" \
+        --seq "$inf_seq" --checkpointing --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_STEPS:-2}"
+      inf_row fsdp2 fsdp2 "$inf_model" ;;
+    largest-a | largest-b) inf_ladder "${inf_job#largest-}" ;;
+    *) echo "infinity: unknown job $inf_job (known: disk zt-a zt-b zt-c fsdp2 largest-a largest-b)" ;;
+  esac
+done
+rm -rf "${inf_nvme:?}"/zt_c_* "${inf_nvme:?}"/largest_c_*
+python3 - "$inf_out" "$inf_nvme" <<'PY' | tee "$out/infinity.txt"
+# The section's table: the disk, each run, then the goal's two ratios and the largest models.
+import json, os, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+GIB = 2**30
+mem = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in open("/proc/meminfo")}
+st = os.statvfs(sys.argv[2])
+print(f"\nZeRO-Infinity, one GPU: host {mem['MemTotal'] / GIB:.0f} GiB, swap folder {sys.argv[2]} "
+      f"{st.f_blocks * st.f_frsize / 1e9:.0f} GB ({st.f_bavail * st.f_frsize / 1e9:.0f} GB free)")
+disk = {}
+for r in rows:
+    if r["case"] != "disk":
+        continue
+    b = r.get("bench")
+    if not b:
+        print(f"disk: {r['outcome']}")
+        continue
+    disk[b["queue_depth"]] = b
+    print(f"disk ({b['backend']}, O_DIRECT, {b['bytes'] / 1e9:.1f} GB in {b['block_size'] >> 20} MiB "
+          f"blocks, queue depth {b['queue_depth']}, {b['threads']} thread(s)): write "
+          f"{b['write_gbs']:.2f} GB/s, read {b['read_gbs']:.2f} GB/s (depth 1: "
+          f"{b['write_gbs_qd1']:.2f} / {b['read_gbs_qd1']:.2f})")
+labels = {"a": "(a) opt cpu", "b": "(b) opt+param cpu", "c": "(c) opt nvme",
+          "fsdp2": "FSDP2 CPUOffload", "largest-a": "(a) largest", "largest-b": "(b) largest"}
+print(f"{'case':<19}{'model':<15}{'params':>7}{'tokens/s':>10}{'MFU':>7}{'step ms':>9}"
+      f"{'host step':>10}{'GPU GiB':>9}{'host GiB':>9}  outcome")
+for r in rows:
+    if r["case"] == "disk":
+        continue
+    b = r.get("bench", {})
+    n = b.get("params") or r.get("params") or 0
+    host_step = b.get("offload_step_ms_median", b.get("opt_ms_median"))
+    cells = (f"{b['tokens_per_s']:>10.0f}{b.get('mfu', 0):>7.3f}{b['step_ms_median']:>9.0f}"
+             + (f"{host_step:>10.0f}" if host_step is not None else f"{'-':>10}") +
+             f"{b['peak_mem_bytes'] / GIB:>9.1f}{r.get('host_peak_rss_bytes', 0) / GIB:>9.1f}"
+             if b else f"{'-':>10}{'-':>7}{'-':>9}{'-':>10}{'-':>9}{'-':>9}")
+    print(f"{labels.get(r['case'], r['case']):<19}{r['model']:<15}"
+          + (f"{n / 1e9:>6.2f}B" if n else f"{'-':>7}") + f"{cells}  "
+          f"{r['outcome']}" + (f": {r['last_log_line'][-160:]}" if r.get("last_log_line") else ""))
+    if r["case"] == "c" and b and r.get("nvme_optimizer_mib"):
+        # Per step the host step reads the whole optimizer swap file and writes it back (and,
+        # with offload_param nvme, writes the parameter file); the disk alone would need
+        # read/R + written/W seconds at its measured R and W.
+        rd = r["nvme_optimizer_mib"] * 2**20
+        wr = rd + r.get("nvme_param_mib", 0) * 2**20 * (r.get("offload_param") == "nvme")
+        t = b["offload_step_ms_median"] / 1000
+        line = (f"    swap: {rd / 1e9:.1f} GB read and {wr / 1e9:.1f} GB written per step in "
+                f"{t:.2f} s: {rd / t / 1e9:.2f} GB/s read, {wr / t / 1e9:.2f} GB/s write "
+                f"(CPU Adam {b.get('offload_cpu_ms_median', 0) / 1000:.2f} s of it)")
+        d = disk.get(r.get("aio_queue_depth"))
+        if d:
+            eff = (rd / (d["read_gbs"] * 1e9) + wr / (d["write_gbs"] * 1e9)) / t
+            r["swap_efficiency"] = eff
+            line += (f"; {eff:.0%} of the disk's O_DIRECT speed at queue depth {d['queue_depth']} "
+                     "(goal 80%; above 100%: reads and writes overlapped)")
+        print(line)
+        if r.get("swap_note"):
+            print(f"    swap file: {r['swap_note']}")
+print("(host step: ZeroTrain's offloaded optimizer step, FSDP2's clipping + AdamW + zero_grad; "
+      "host GiB: the process's peak resident memory, page-locked included)")
+ok = lambda c: next((r for r in rows if r["case"] == c and r["outcome"] == "ok"), None)
+zb, fs = ok("b"), ok("fsdp2")
+if zb and fs:
+    print(f"(b) / FSDP2 CPUOffload on {zb['model']}: {zb['bench']['tokens_per_s'] / fs['bench']['tokens_per_s']:.2f}x "
+          f"tokens/s (goal 2x), GPU memory {zb['bench']['peak_mem_bytes'] / fs['bench']['peak_mem_bytes']:.2f}x")
+for mode in "abc":
+    trained = [r for r in rows if r["case"] in (mode, f"largest-{mode}") and r["outcome"] == "ok"]
+    if trained:
+        best = max(trained, key=lambda r: r["bench"]["params"])
+        print(f"largest trained with {labels[mode]}: {best['model']} "
+              f"({best['bench']['params'] / 1e9:.2f}B, {best['bench']['tokens_per_s']:.0f} tokens/s)")
+PY
 fi
 
 if on export; then
@@ -593,4 +985,8 @@ if ck:
               f"{r['save_GBps']:>7.2f}{r['load_s']:>8.2f}{r['load_GBps']:>7.2f}"
               f"{r['async_stall_s']:>15.3f}{sv:>11.2f}x{ld:>11.2f}x")
     print("(vs dcp: DCP's time divided by this row's; above 1 is faster than DCP)")
+try:  # section infinity's own table (it prints it when it runs, too)
+    print(open(f"{out}/infinity.txt").read().rstrip())
+except OSError:
+    pass
 PY

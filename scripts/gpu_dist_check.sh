@@ -49,7 +49,33 @@
 #       call ZeroTrain's stages 2 and 3 run here too, so that the ratios come from one call;
 #   (h) the GPU test suite (zt_gpu_tests, all of it) and the unit tests that use two GPUs or test
 #       checkpoints (zt_unit_tests --gtest_filter=ZT_DIST_UNIT_FILTER, default
-#       'Nccl*:*Checkpoint*:HfExport*:StateBytes*:LrScheduler.ResumeAndState').
+#       'Nccl*:*Checkpoint*:HfExport*:StateBytes*:LrScheduler.ResumeAndState');
+#   (i) Llama 8B at sequence 8192, micro-batch 1 per GPU, bf16: ZeroTrain's ZeRO-3
+#       (zt_bench_gpt2 --model llama-8b --stage 3) with activation checkpointing, and without it
+#       when `zt estimate` says it fits the GPU (an H200 yes, an H100 no), next to FSDP2 on
+#       transformers' LlamaForCausalLM of the same config (bench/llama_dist_torch.py: fully_shard
+#       per decoder layer, SDPA, checkpoint_wrapper per layer; eager, and each layer compiled
+#       before fully_shard as in g; also eager without checkpointing, last): tokens/s per GPU, MFU,
+#       peak GiB, ratios, and the target: torchtitan's 6,667 tokens/s per GPU for Llama 3 8B on
+#       H100s (FSDP, full activation checkpointing) times the H200's memory bandwidth over the
+#       H100's (4.8 / 3.35), 9,553;
+#   (j) fine-tuning Llama 8B at sequence 2048, micro-batch 1 per GPU, bf16, with and without
+#       activation checkpointing: full (ZeRO-3 / FSDP2, AdamW over every parameter) and LoRA
+#       (rank ZT_DIST_LORA_RANK, default 16, alpha 2R, on q, k, v, o, gate, up and down, the base
+#       frozen in bf16; ZeRO-3 / FSDP2 + peft). The ZeroTrain side is zt_bench_gpt2 on random
+#       tokens (an SFT step costs the same: the prompt's -100 labels change no FLOPs) and also
+#       `zt train --task sft` itself on pre-tokenized records (half prompt, half response) of
+#       the same shape, with random weights (a config.json without weights: nothing of 16 GB is
+#       written), timed by its own per-step clock;
+#   (k) the largest Llama shape that fine-tunes on the two GPUs, with LoRA and with full ZeRO-3 +
+#       CPU optimizer offload (offload_param is not implemented: parameters stay on the GPUs),
+#       sequence 2048, micro-batch 1, activation checkpointing: for each candidate, largest first
+#       (registry sizes and the llama-*-shape sizes between them), `zt estimate` predicts the GPU
+#       peak and the host memory per node; the first predicted to fit (GPU, and 95% of
+#       MemAvailable) is tried for 3 steps (1 warm-up, 2 timed), then the next while none trains.
+#       With offload the host bounds it (12 bytes a parameter pinned: 20B needs 227 GiB); with
+#       LoRA the GPU (1 byte a parameter a GPU for the bf16 base) and, in a 10-minute call, the
+#       start-up (each rank draws its half of the initial values, ~200M a second: 5 min at 119B).
 # Each part runs whatever happened to the others; results (JSON lines, logs) go to
 # ${OUT:-gpu_out}, and a short table comes last. NVLink SHARP stays off (NCCL_NVLS_ENABLE=0: the
 # lent machines do not support NVLS multicast). Exits non-zero when a part failed.
@@ -62,12 +88,20 @@
 #     and 5-8 min for gpt-6.7b (2 x 80 GB at 1-2 GB/s: alone in its call);
 #   g 2.5-3.5 min per model (two compiled runs, 40-90 s of compilation each, plus ZeroTrain
 #     stages 2 and 3 when d is not in the call);
-#   h 3-5 min (zt_gpu_tests, whose tests use the first GPU, then the unit tests, about 10 s).
+#   h 3-5 min (zt_gpu_tests, whose tests use the first GPU, then the unit tests, about 10 s);
+#   i 6-8 min on two H200s (not measured yet; from the 8B start-up, ~25 s a run, and ~1.5 s a
+#     step: ZeroTrain 1 min per run, FSDP2 eager 1-1.5 min, compiled 2.5-3 min);
+#   j 6-8 min (ten runs of 35-50 s, start-up most of each: 8B at seq 2048 steps in ~0.5 s);
+#   k 5-6 min for LoRA (the 119B shape's start-up) and 2-3 min for offload (20B: 50 s drawing,
+#     114 GiB pinned a rank, a 7 s CPU Adam step).
 # A device call has 10 minutes, so run the parts in groups, e.g.
 #   ZT_DIST_PARTS=abcd
 #   ZT_DIST_PARTS=eh
 #   ZT_DIST_PARTS=f ZT_DIST_CKPT_MODELS=gpt-1.3b      ZT_DIST_PARTS=f ZT_DIST_CKPT_MODELS=gpt-6.7b
 #   ZT_DIST_PARTS=dg ZT_DIST_MODELS=gpt2:16           ZT_DIST_PARTS=dg ZT_DIST_MODELS=gpt-1.3b:4
+#   ZT_DIST_PARTS=i                                   ZT_DIST_PARTS=j
+#   ZT_DIST_PARTS=j ZT_DIST_SFT_PLAN="zt 0 16;fsdp2-compile 0 16;zt 0 0;fsdp2-compile 0 0"
+#   ZT_DIST_PARTS=k ZT_DIST_LARGEST_JOBS=lora         ZT_DIST_PARTS=k ZT_DIST_LARGEST_JOBS=offload
 # Every command is also cut to the call's deadline (ZT_DIST_DEADLINE_S, default 570 s from the
 # start; 0: none), so that the table still comes out when a part runs long.
 #
@@ -77,11 +111,29 @@
 # ZT_DIST_CKPT_VARIANTS (e, default "fp32-sgd bf16-adamw"), ZT_DIST_CKPT_MODELS (f, default
 # "gpt-1.3b gpt-6.7b"), ZT_DIST_CKPT_IMPLS (f, default "zt torch"), ZT_CKPT_DIST_DIR (f),
 # ZT_DIST_COMPILE_IMPLS (g, default "fsdp2-reshard fsdp2-noreshard"; ddp compiles DDP's model),
-# ZT_DIST_UNIT_FILTER (h), ZT_DIST_DEADLINE_S. A dry run of the ZeroTrain side of (e) and (f)
-# without GPUs: ZT_DIST_DEVICE=cpu (2 CPU ranks over Gloo, `zt launch --num_procs 2`) and
-# ZT_DIST_BIN=<a folder with zt and zt_bench_ckpt, e.g. build/bin>, e.g.
+# ZT_DIST_UNIT_FILTER (h), ZT_DIST_DEADLINE_S;
+# i: ZT_DIST_LLAMA_MODEL (llama-8b), ZT_DIST_LLAMA_SEQ (8192), ZT_DIST_LLAMA_STEPS (10),
+#    ZT_DIST_LLAMA_PLAN (';'-separated "impl checkpointing [lora-rank [stage]]" runs, in order;
+#    impl zt, zt-train, fsdp2 or fsdp2-compile; default "zt 1;fsdp2 1;fsdp2-compile 1;zt 0;fsdp2 0");
+# j: ZT_DIST_SFT_MODEL (llama-8b), ZT_DIST_SFT_SEQ (2048), ZT_DIST_SFT_STEPS (10),
+#    ZT_DIST_SFT_PLAN (the same form; default "zt 0 R;fsdp2 0 R;zt 0 0;fsdp2 0 0;zt 1 R;fsdp2 1 R;
+#    zt 1 0;fsdp2 1 0;zt-train 0 R;zt-train 0 0" with R = ZT_DIST_LORA_RANK), ZT_DIST_LORA_RANK;
+# k: ZT_DIST_LARGEST_JOBS ("lora offload"), ZT_DIST_LARGEST_LORA (default "llama-119b-shape
+#    llama-98b-shape llama-70b llama-35b-shape"), ZT_DIST_LARGEST_OFFLOAD ("llama-35b-shape
+#    llama-20b-shape llama-17b-shape llama-12b-shape llama-8b"), ZT_DIST_LARGEST_SEQ (2048),
+#    ZT_DIST_GPU_GIB (the GPU memory zt estimate assumes; default the visible GPU's).
+# A model name in i-k is a registry size, a llama-*-shape below, or NAME=layers,hidden,heads,
+# kv_heads,intermediate. A dry run of the ZeroTrain side of (e), (f) and (i)-(k) without GPUs:
+# ZT_DIST_DEVICE=cpu (2 CPU ranks over Gloo, `zt launch --num_procs 2`; the torch peers are
+# skipped) and ZT_DIST_BIN=<a folder with zt, zt_bench_ckpt and zt_bench_gpt2, e.g. build/bin>,
+# e.g. (tiny shapes; in k the 8B is predicted not to fit a 1 GiB "GPU"; ~20 s)
 #   ZT_DIST_DEVICE=cpu ZT_DIST_BIN=$PWD/build/bin ZT_DIST_PARTS=ef ZT_DIST_CKPT_MODELS=gpt2 \
 #     ZT_DIST_CKPT_IMPLS=zt OUT=/tmp/dry bash scripts/gpu_dist_check.sh
+#   ZT_DIST_DEVICE=cpu ZT_DIST_BIN=$PWD/build/bin ZT_DIST_PARTS=ijk ZT_DIST_LLAMA_MODEL=llama-tiny \
+#     ZT_DIST_LLAMA_SEQ=128 ZT_DIST_SFT_MODEL=llama-tiny ZT_DIST_SFT_SEQ=64 \
+#     ZT_DIST_LARGEST_SEQ=64 ZT_DIST_LARGEST_LORA="t3=4,256,4,2,512 llama-tiny" \
+#     ZT_DIST_LARGEST_OFFLOAD="llama-8b t3=4,256,4,2,512 llama-tiny" ZT_DIST_GPU_GIB=1 \
+#     OUT=/tmp/dry bash scripts/gpu_dist_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -150,7 +202,7 @@ else
 fi
 start_s=$SECONDS
 a_rc=skipped b_rc=skipped c_rc=skipped d_rc=skipped
-e_rc=skipped f_rc=skipped g_rc=skipped h_rc=skipped
+e_rc=skipped f_rc=skipped g_rc=skipped h_rc=skipped i_rc=skipped j_rc=skipped k_rc=skipped
 
 if [[ $parts == *a* ]]; then
   echo "== (a) NCCL communicator tests"
@@ -459,14 +511,308 @@ if [[ $parts == *h* ]]; then
   tail -5 "$out/unit_dist_tests.log"
 fi
 
+# ---- Parts i-k: Llama shapes. What --model names: a size of the registry (llama-tiny, llama-1b,
+# llama-8b, llama-70b), a size between them below (Llama 3's vocabulary and 8 KV heads of head
+# size 128, untied head), or NAME=layers,hidden,heads,kv_heads,intermediate. The latter two are
+# written as a config.json without weights, which zt_bench_gpt2, zt train and zt estimate open as
+# a random initialisation (nothing of 16-200 GB is written or read).
+llama_shape() {
+  case $1 in
+    llama-12b-shape) echo "40 5120 40 8 13824" ;;    # Llama 2 13B's depth and width: 12.3B
+    llama-17b-shape) echo "48 5632 44 4 15360" ;;    # 17.2B (44 heads: 4 KV heads divide them)
+    llama-20b-shape) echo "48 6144 48 8 16384" ;;    # 20.3B
+    llama-35b-shape) echo "48 8192 64 8 22016" ;;    # Code Llama 34B's blocks: 35.3B
+    llama-98b-shape) echo "112 8192 64 8 28672" ;;   # Llama 3 70B's block, 112 of them: 98.2B
+    llama-119b-shape) echo "136 8192 64 8 28672" ;;  # 136 of them: 118.8B
+    *=*) echo "${1#*=}" | tr ',' ' ' ;;
+  esac
+}
+# The --model argument for NAME: the name itself, or the folder its config.json was written to.
+model_path() {
+  local name=${1%%=*} shape
+  shape=$(llama_shape "$1")
+  if [[ -z $shape ]]; then
+    echo "$1"
+    return
+  fi
+  mkdir -p "$out/shapes/$name"
+  python3 - "$out/shapes/$name/config.json" $shape <<'PY'
+import json, sys
+layers, hidden, heads, kv, inner = map(int, sys.argv[2:7])
+json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+           "num_hidden_layers": layers, "hidden_size": hidden, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "intermediate_size": inner, "vocab_size": 128256,
+           "max_position_embeddings": 8192, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+           "hidden_act": "silu", "tie_word_embeddings": False, "initializer_range": 0.02,
+           "bos_token_id": 128000, "eos_token_id": 128001}, open(sys.argv[1], "w"), indent=1)
+PY
+  echo "$out/shapes/$name"
+}
+lora_r=${ZT_DIST_LORA_RANK:-16}
+zt_dev=()
+est_dev=()
+[[ $device == cpu ]] && zt_dev=(--device cpu) est_dev=(--device cpu)
+[[ -n ${ZT_DIST_GPU_GIB:-} ]] && est_dev+=(--gpu-memory "$ZT_DIST_GPU_GIB")
+# zt estimate of a run on the 2 ranks at micro-batch 1, as JSON in file $1 (flags from $2).
+zt_estimate() {
+  local f=$1
+  capped 60 "$bin"/zt estimate --num-gpus 2 --micro-batch 1 "${est_dev[@]}" --json "${@:2}" \
+    >"$f" 2>"$f.log"
+}
+# Whether that estimate fits, with checkpointing ($2: 1) or without (0): the GPU as zt estimate
+# judges it (its peak + 1 GiB for CUDA within the GPU's memory) and the host per node within 95%
+# of MemAvailable. Prints "fits|no  <GPU GiB> <host GiB per node> <parameters>".
+estimate_verdict() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    z = j["zerotrain"]["with_checkpointing" if sys.argv[2] == "1" else "without_checkpointing"]
+    avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo")
+                 if l.startswith("MemAvailable:"))
+    host_ok = z["host_per_node"] <= 0.95 * avail
+    print("fits" if z["fits"] and host_ok else "no", f"{z['device_total_bytes'] / 2**30:.1f}",
+          f"{z['host_per_node'] / 2**30:.1f}", j["model"]["params"])
+except Exception as e:  # no estimate: run it and let the engine judge
+    print("fits ? ? 0")
+PY
+}
+# Data of `zt train --task sft` (i, j): pre-tokenized records of SEQ tokens whose first half is
+# the prompt (label -100) and second the response, random ids below VOCAB; no tokenizer needed.
+sft_data() {
+  local f=$out/sft_train/sft_$1_$2.jsonl
+  mkdir -p "$out/sft_train"
+  [[ -s $f ]] || python3 - "$f" "$1" "$2" <<'PY'
+import json, random, sys
+f, seq, vocab = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(0)
+with open(f, "w") as out:
+    for _ in range(96):
+        ids = [rng.randrange(vocab) for _ in range(seq)]
+        out.write(json.dumps({"input_ids": ids, "labels": [-100] * (seq // 2) + ids[seq // 2:]}) + "\n")
+PY
+  echo "$f"
+}
+# One Llama training benchmark on both GPUs; its JSON line goes to stdout, everything else to
+# stderr. IMPL: zt (zt_bench_gpt2 under zt launch), zt-train (`zt train --task sft` under zt
+# launch on sft_data; the median tokens/s of its steps after the first 3), fsdp2 or fsdp2-compile
+# (bench/llama_dist_torch.py under torchrun). Then model, sequence, activation checkpointing
+# (0/1), LoRA rank (0: full training), ZeRO stage (ZeroTrain), timed steps, the cap in seconds.
+# Micro-batch 1 per GPU, bf16 compute with fp32 master weights (LoRA: a bf16 base, fp32
+# adapters), AdamW, clipping 1.0, 3 warm-up steps (the compiling ones for fsdp2-compile).
+llama_bench() {
+  local impl=$1 model=$2 seq=$3 ck=$4 r=$5 stage=$6 n=$7 cap=$8 mp
+  mp=$(model_path "$model")
+  local zt_args=(--model "$mp" --batch 1 --seq "$seq" --dtype bf16 --warmup 3 --steps "$n"
+                 --stage "$stage" --zero-keys "$zero_keys" "${zt_dev[@]}")
+  local tr_lora=() pt_args=(--model "$model" --batch 1 --seq "$seq" --warmup 3 --steps "$n")
+  if ((ck)); then
+    zt_args+=(--gradient-checkpointing)
+    tr_lora+=(--gradient-checkpointing)
+    pt_args+=(--checkpointing)
+  fi
+  if ((r)); then
+    zt_args+=(--lora-dim "$r" --lora-alpha $((2 * r)) --only-optimize-lora)
+    tr_lora+=(--lora-dim "$r" --lora-alpha $((2 * r)) --only-optimize-lora)
+    pt_args+=(--lora "$r")
+  fi
+  case $impl in
+    zt) zt_launch "$cap" "$bin"/zt_bench_gpt2 "${zt_args[@]}" ;;
+    fsdp2) torch_run "$cap" bench/llama_dist_torch.py "${pt_args[@]}" ;;
+    fsdp2-compile) torch_run "$cap" bench/llama_dist_torch.py "${pt_args[@]}" --compile ;;
+    zt-train)
+      local vocab=128256 data cfg m
+      [[ $model == llama-tiny ]] && vocab=257
+      data=$(sft_data "$seq" "$vocab")
+      cfg=$out/sft_train/ds_s$stage.json
+      m=$out/sft_train/metrics_${model}_r${r}_ckpt$ck.jsonl
+      cat >"$cfg" <<EOF
+{"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+ "zero_optimization": {"stage": $stage, $zero_keys}}
+EOF
+      rm -f "$m"
+      zt_launch "$cap" "$bin"/zt train --task sft --model "$mp" --data "$data" --config "$cfg" \
+        --seq-len "$seq" --steps $((n + 3)) --sample-tokens 0 --order sequential \
+        --metrics-out "$m" "${tr_lora[@]}" "${zt_dev[@]}" >&2 || return
+      python3 - "$m" "$model" "$seq" "$ck" "$r" "$stage" "$n" <<'PY'
+# zt train's per-step tokens/s (wall clock of the step on rank 0), median of the timed steps.
+import json, sys
+m, model, seq, ck, r, stage, n = sys.argv[1:8]
+rows = [json.loads(l) for l in open(m) if l.startswith("{")]
+run = next(x for x in rows if x.get("type") == "run")
+tps = sorted(x["tokens_per_s"] for x in rows if "tokens_per_s" in x and x["step"] > 3)
+med = tps[len(tps) // 2]
+w = run["world_size"]
+print(json.dumps({"impl": "zerotrain-train-sft", "model": model, "params": run["parameters"],
+                  "batch": 1, "seq": int(seq), "world_size": w, "dtype": run["dtype"],
+                  "stage": int(stage), "steps": len(tps), "step_ms_median": 1000 * w * int(seq) / med,
+                  "tokens_per_s": med, "tokens_per_s_per_gpu": med / w, "mfu": None,
+                  "peak_mem_bytes": None, "checkpointing": ck == "1", "lora_dim": int(r),
+                  "first_loss": rows[1]["loss"], "last_loss": rows[-1]["loss"]}))
+PY
+      ;;
+    *) echo "unknown implementation $impl" >&2; return 2 ;;
+  esac
+}
+# Runs the plan $2 (';'-separated "impl checkpointing lora-rank stage" entries) of part $1 with
+# model $3, sequence $4, timed steps $5; JSON lines to $6, logs beside it. Returns 1 when a run
+# failed. A zt run without checkpointing that zt estimate says does not fit the GPU (an H100 at
+# 8B and sequence 8192) is skipped; the torch peers are skipped in the CPU dry run.
+llama_plan() {
+  local part=$1 model=$3 seq=$4 n=$5 jsonl=$6 rc=0 e impl ck r stage log verdict cap
+  local entries=()
+  IFS=';' read -r -a entries <<<"$2"
+  for e in "${entries[@]}"; do
+    read -r impl ck r stage <<<"$e"
+    [[ -n $impl ]] || continue
+    ck=${ck:-0} r=${r:-0} stage=${stage:-3}
+    log=${jsonl%.jsonl}_${impl}_r${r}_ckpt$ck.log
+    if [[ $device == cpu && $impl == fsdp2* ]]; then
+      echo "($part) $impl skipped: the torch peers need the GPUs (dry run)"
+      continue
+    fi
+    if [[ $impl == zt* ]] && ((!ck)); then
+      zt_estimate "$log.estimate.json" --model "$(model_path "$model")" --stage "$stage" \
+        --seq-len "$seq" $( ((r)) && echo "--lora-dim $r --only-optimize-lora")
+      read -r verdict dev_gib _ <<<"$(estimate_verdict "$log.estimate.json" 0)"
+      if [[ $verdict != fits ]]; then
+        echo "($part) $impl $model without checkpointing skipped: zt estimate says $dev_gib GiB" \
+          "a GPU, more than it has"
+        continue
+      fi
+    fi
+    cap=240
+    [[ $impl == fsdp2 ]] && cap=300
+    [[ $impl == fsdp2-compile ]] && cap=420
+    echo "($part) $impl, $( ((r)) && echo "LoRA r$r" || echo full), checkpointing $ck"
+    llama_bench "$impl" "$model" "$seq" "$ck" "$r" "$stage" "$n" "$cap" >>"$jsonl" 2>"$log" ||
+      { rc=1; echo "($part) $impl r$r ckpt$ck failed:"; tail -3 "$log"; }
+  done
+  return $rc
+}
+
+if [[ $parts == *i* ]]; then
+  lm=${ZT_DIST_LLAMA_MODEL:-llama-8b}
+  lseq=${ZT_DIST_LLAMA_SEQ:-8192}
+  lsteps=${ZT_DIST_LLAMA_STEPS:-10}
+  echo "== (i) $lm at sequence $lseq on 2 GPUs, micro-batch 1, bf16: ZeroTrain ZeRO-3 next to" \
+    "FSDP2 on transformers' model, eager and compiled; median of $lsteps steps after 3 warm-up"
+  : >"$out/llama8k.jsonl"
+  llama_plan i "${ZT_DIST_LLAMA_PLAN:-zt 1;fsdp2 1;fsdp2-compile 1;zt 0;fsdp2 0}" "$lm" "$lseq" \
+    "$lsteps" "$out/llama8k.jsonl"
+  i_rc=$?
+fi
+
+if [[ $parts == *j* ]]; then
+  sm=${ZT_DIST_SFT_MODEL:-llama-8b}
+  sseq=${ZT_DIST_SFT_SEQ:-2048}
+  ssteps=${ZT_DIST_SFT_STEPS:-10}
+  echo "== (j) fine-tuning $sm on 2 GPUs, seq $sseq, micro-batch 1, bf16: full (ZeRO-3) and LoRA" \
+    "r$lora_r (alpha $((2 * lora_r)), every linear module, base frozen) next to FSDP2 and" \
+    "FSDP2 + peft; median of $ssteps steps after 3 warm-up"
+  : >"$out/sft.jsonl"
+  llama_plan j "${ZT_DIST_SFT_PLAN:-zt 0 $lora_r;fsdp2 0 $lora_r;zt 0 0;fsdp2 0 0;zt 1 $lora_r;fsdp2 1 $lora_r;zt 1 0;fsdp2 1 0;zt-train 0 $lora_r;zt-train 0 0}" \
+    "$sm" "$sseq" "$ssteps" "$out/sft.jsonl"
+  j_rc=$?
+fi
+
+if [[ $parts == *k* ]]; then
+  kseq=${ZT_DIST_LARGEST_SEQ:-2048}
+  echo "== (k) the largest Llama shape that fine-tunes on 2 GPUs (LoRA r$lora_r; full ZeRO-3 +" \
+    "CPU optimizer offload), seq $kseq, micro-batch 1, activation checkpointing: zt estimate," \
+    "then 3-step trials largest-first"
+  : >"$out/largest.jsonl"
+  mkdir -p "$out/largest"
+  k_rc=0
+  for job in ${ZT_DIST_LARGEST_JOBS:-lora offload}; do
+    case $job in
+      lora) cands=${ZT_DIST_LARGEST_LORA:-llama-119b-shape llama-98b-shape llama-70b llama-35b-shape}
+            flags=(--lora-dim "$lora_r" --lora-alpha $((2 * lora_r)) --only-optimize-lora)
+            est=(--lora-dim "$lora_r" --only-optimize-lora)
+            cap=480 ;;
+      offload) cands=${ZT_DIST_LARGEST_OFFLOAD:-llama-35b-shape llama-20b-shape llama-17b-shape llama-12b-shape llama-8b}
+               flags=(--offload-optimizer cpu)
+               est=(--offload cpu)
+               cap=360 ;;
+      # ZeRO-Infinity across both GPUs: offload_param cpu as well (zt estimate, which does not
+      # model parameter offload, judges it as optimizer offload alone: a GPU upper bound).
+      infinity) cands=${ZT_DIST_LARGEST_INFINITY:-llama-17b-shape llama-12b-shape llama-8b}
+                flags=(--offload-optimizer cpu)
+                est=(--offload cpu)
+                cap=360 ;;
+      *) echo "(k) unknown job $job"; k_rc=1; continue ;;
+    esac
+    k_keys=""
+    [[ $job == infinity ]] && k_keys=', "offload_param": {"device": "cpu", "pin_memory": true}'
+    found=""
+    for m in $cands; do
+      name=${m%%=*}
+      mp=$(model_path "$m")
+      base=$out/largest/${job}_$name
+      zt_estimate "$base.estimate.json" --model "$mp" --stage 3 --seq-len "$kseq" \
+        --gradient-checkpointing "${est[@]}"
+      read -r verdict dev_gib host_gib nparams <<<"$(estimate_verdict "$base.estimate.json" 1)"
+      outcome="" wall=0 rc=""
+      if [[ -n $found ]]; then
+        outcome="not tried: $found trains"
+      elif [[ $verdict != fits ]]; then
+        outcome="not tried: predicted not to fit"
+      else
+        echo "(k) $job $name: zt estimate $dev_gib GiB a GPU, $host_gib GiB of host memory; trial"
+        t0=$SECONDS
+        zt_launch "$cap" "$bin"/zt_bench_gpt2 --model "$mp" --batch 1 --seq "$kseq" --dtype bf16 \
+          --warmup 1 --steps 2 --stage 3 --zero-keys "$zero_keys$k_keys" --gradient-checkpointing \
+          "${flags[@]}" "${zt_dev[@]}" >"$base.json" 2>"$base.log"
+        rc=$?
+        wall=$((SECONDS - t0))
+        if ((rc == 0)) && grep -q '^{' "$base.json"; then
+          outcome=trains found=$name
+        elif ((rc == 124 || rc == 137)); then
+          outcome="timed out"
+        else
+          outcome=failed
+        fi
+        echo "(k) $job $name: $outcome after $wall s"
+        [[ $outcome == trains ]] || tail -2 "$base.log"
+      fi
+      python3 - "$base" "$job" "$name" "$verdict" "$dev_gib" "$host_gib" "$nparams" "$outcome" \
+        "$wall" "$rc" "$kseq" >>"$out/largest.jsonl" <<'PY'
+# One row per candidate: zt estimate's prediction and the trial's outcome (its JSON line, or the
+# last line of its log).
+import json, sys
+base, job, name, verdict, dev, host, n, outcome, wall, rc, seq = sys.argv[1:12]
+row = {"job": job, "model": name, "seq": int(seq), "params": int(n), "predicted_fit": verdict == "fits",
+       "predicted_gpu_gib": dev, "predicted_host_gib_per_node": host, "outcome": outcome,
+       "wall_s": int(wall), "rc": rc}
+try:
+    row["bench"] = next(json.loads(l) for l in open(base + ".json") if l.startswith("{"))
+except Exception:
+    pass
+try:
+    lines = [l.strip() for l in open(base + ".log") if l.strip()]
+    row["last_log_line"] = lines[-1][-300:] if lines else ""
+except OSError:
+    pass
+print(json.dumps(row))
+PY
+    done
+    if [[ -z $found ]]; then
+      k_rc=1
+      echo "(k) $job: no candidate trained"
+    fi
+  done
+fi
+
 echo
 secs=$((SECONDS - start_s))
 python3 - "$out" "$secs" "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" \
+  "$i_rc" "$j_rc" "$k_rc" \
   <<'PY' | tee "$out/summary.txt"
 # The short table: each part's outcome, then bandwidth, throughput and checkpoint speed side by side.
 import json, sys
 out, secs = sys.argv[1:3]
-rc = dict(zip("abcdefgh", sys.argv[3:]))
+rc = dict(zip("abcdefghijk", sys.argv[3:]))
 
 def rows(name):
     res = []
@@ -518,7 +864,7 @@ if rc["e"] != "skipped":
 if rc["h"] != "skipped":
     print(f"(h) GPU tests: {gtest('gpu_tests.json')}; unit tests (NCCL, checkpoints): "
           f"{gtest('unit_dist_tests.json')} (exit {rc['h']})")
-ran = ", ".join(f"({p}) exit {r}" for p, r in rc.items() if p in "cdfg" and r != "skipped")
+ran = ", ".join(f"({p}) exit {r}" for p, r in rc.items() if p in "cdfgijk" and r != "skipped")
 print(f"{ran + ';  ' if ran else ''}run time {secs} s")
 
 comm = {(r["impl"], r["op"], r["bytes"]): r for r in rows("comm.jsonl")}
@@ -585,9 +931,90 @@ if ck:
             print(f"  {model}: zerotrain / DCP GB/s: save {z['save_GBps'] / d['save_GBps']:.2f}x, "
                   f"load {z['load_GBps'] / d['load_GBps']:.2f}x"
                   f"{'' if z['drop_caches'] and d['drop_caches'] else ' (page cache NOT dropped)'}")
+
+def gib(r):
+    b = r.get("peak_mem_bytes")
+    return f"{b / 2**30:.1f}" if b else "-"
+
+def label(r):
+    base = {"zerotrain": "zerotrain s{}".format(r.get("stage", 3)),
+            "zerotrain-train-sft": "zt train --task sft s{}".format(r.get("stage", 3))}.get(
+                r["impl"], r["impl"])
+    return base + (", ckpt" if r.get("checkpointing") else "")
+
+def per_gpu(r):
+    return r.get("tokens_per_s_per_gpu") or r["tokens_per_s"] / r.get("world_size", 2)
+
+def llama_rows(rs, ratio_to):
+    print(f"{'impl':<36}{'tok/s/GPU':>10}{'MFU':>7}{'step ms':>9}{'peak GiB':>10}"
+          f"{'zt/this':>9}{'mem zt/this':>12}")
+    for r in rs:
+        z = ratio_to(r)
+        mfu = f"{r['mfu']:.3f}" if r.get("mfu") is not None else "-"
+        tp = f"{per_gpu(z) / per_gpu(r):.2f}x" if z and z is not r else "-"
+        mem = (f"{z['peak_mem_bytes'] / r['peak_mem_bytes']:.2f}x"
+               if z and z is not r and z.get("peak_mem_bytes") and r.get("peak_mem_bytes") else "-")
+        print(f"{label(r):<36}{per_gpu(r):>10.0f}{mfu:>7}{r['step_ms_median']:>9.0f}"
+              f"{gib(r):>10}{tp:>9}{mem:>12}")
+
+# (i): ZeroTrain's row with the same checkpointing setting is compared with each peer row.
+l8 = rows("llama8k.jsonl")
+if l8:
+    r0 = l8[0]
+    print(f"\n(i) {r0['model']}, seq {r0['seq']}, micro-batch {r0['batch']}/GPU, "
+          f"{r0.get('world_size', 2)} GPUs, bf16, ZeRO-3 / FSDP2 reshard")
+    zt_of = lambda r: next((z for z in l8 if z["impl"] == "zerotrain"
+                            and z.get("checkpointing") == r.get("checkpointing")), None)
+    llama_rows(l8, zt_of)
+    target = 6667 * 4.8 / 3.35
+    best = max((r for r in l8 if r["impl"] == "zerotrain"), key=per_gpu, default=None)
+    if best:
+        print(f"  target: torchtitan's 6,667 tok/s/GPU (Llama 3 8B, H100) x 4.8/3.35 (HBM) = "
+              f"{target:,.0f}; best ZeroTrain row ({label(best)}): {per_gpu(best):,.0f} = "
+              f"{per_gpu(best) / target:.2f}x of it: {'MET' if per_gpu(best) > target else 'not met'}")
+        peer = max((r for r in l8 if r["impl"] != "zerotrain"), key=per_gpu, default=None)
+        if peer:
+            print(f"  best ZeroTrain row / best peer row ({label(peer)}): "
+                  f"{per_gpu(best) / per_gpu(peer):.2f}x tok/s")
+    print("  (zt/this: ZeroTrain's tok/s over the row's, same checkpointing; MFU: 6 FLOPs per "
+          "parameter + 12 L T d per token, recomputation not counted, against 989 TFLOP/s)")
+
+# (j): rows grouped by job (full or LoRA) and checkpointing; ZeroTrain's bench row against each.
+sft = rows("sft.jsonl")
+if sft:
+    print(f"\n(j) fine-tuning {sft[0]['model']}, seq {sft[0]['seq']}, micro-batch 1/GPU, "
+          f"{sft[0].get('world_size', 2)} GPUs, bf16")
+    key = lambda r: (r.get("lora_dim", 0), bool(r.get("checkpointing")))
+    for k in dict.fromkeys(map(key, sft)):
+        rs = [r for r in sft if key(r) == k]
+        print(f"{'LoRA r%d' % k[0] if k[0] else 'full'}{', activation checkpointing' if k[1] else ''}:")
+        z = next((r for r in rs if r["impl"] == "zerotrain"), None)
+        llama_rows(rs, lambda r: z)
+    print("  (zt/this: zt_bench_gpt2's tok/s over the row's, same job and checkpointing; "
+          "zt train --task sft rows: the wall clock of each step, no peak kept)")
+
+# (k): every candidate's prediction and outcome, then the largest that trained per job.
+big = rows("largest.jsonl")
+if big:
+    print(f"\n(k) largest Llama shape fine-tuned on 2 GPUs (seq {big[0]['seq']}, micro-batch 1, "
+          f"activation checkpointing, ZeRO-3, bf16; 3 steps):")
+    print(f"{'job':<9}{'model':<18}{'params':>8}{'est GPU':>9}{'est host':>10}  outcome")
+    for r in big:
+        b = r.get("bench")
+        got = (f", {b['tokens_per_s'] / b.get('world_size', 2):,.0f} tok/s/GPU, peak "
+               f"{b['peak_mem_bytes'] / 2**30:.1f} GiB, host state "
+               f"{b.get('model_state_bytes_host', 0) / 2**30:.1f} GiB/rank" if b else "")
+        why = "" if b or r["outcome"].startswith("not tried") else f" ({r.get('last_log_line', '')[:90]})"
+        print(f"{r['job']:<9}{r['model']:<18}{r['params'] / 1e9:>7.1f}B{r['predicted_gpu_gib']:>9}"
+              f"{r['predicted_host_gib_per_node']:>10}  {r['outcome']}"
+              f"{' in %d s' % r['wall_s'] if r['wall_s'] else ''}{got}{why}")
+    for job in dict.fromkeys(r["job"] for r in big):
+        t = next((r for r in big if r["job"] == job and r["outcome"] == "trains"), None)
+        print(f"  largest with {job}: " + (f"{t['model']} ({t['params'] / 1e9:.1f}B)" if t else "none"))
+    print("  (est: zt estimate's GPU peak with checkpointing and host memory per node, GiB)")
 PY
 # Non-zero when any part that ran failed (the table above says which).
-for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc"; do
+for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" "$i_rc" "$j_rc" "$k_rc"; do
   [[ $rc == 0 || $rc == skipped ]] || exit 1
 done
 exit 0
