@@ -90,11 +90,6 @@ Result<DeepSpeedConfig> config_resolve(const Json& top, const EstimateRequest& r
             ? std::string("--offload cpu")
             : "zero_optimization.offload_optimizer.device " + o.device);
   }
-  if (o.enabled() && o.device == "nvme" && c.zero.stage == 3) {
-    return invalid_argument(
-        "zero_optimization.offload_optimizer.device \"nvme\" is not implemented in ZeroTrain; "
-        "estimate --offload cpu instead");
-  }
   return c;
 }
 
@@ -230,7 +225,9 @@ Json prediction_json(const EstimateReport& r, const MemoryPrediction& p) {
                 {"offload_staging", p.host_staging},
                 {"checkpointed_inputs", p.host_checkpoints},
                 {"total", p.host_total()}}},
-              {"host_per_node", p.host_total() * r.request.gpus_per_node}};
+              {"host_per_node", p.host_total() * r.request.gpus_per_node},
+              {"nvme_per_rank", p.states.nvme},
+              {"nvme_per_node", p.states.nvme * r.request.gpus_per_node}};
 }
 
 Json deepspeed_json(const DeepSpeedTable& t) {
@@ -348,6 +345,11 @@ std::string estimate_text(const EstimateReport& r) {
     out += line("offloaded master weights + optimizer state", a.host_state * k, b.host_state * k);
     out += line("offload staging (page-locked)", a.host_staging * k, b.host_staging * k);
     out += line("block inputs (cpu_checkpointing)", a.host_checkpoints * k, b.host_checkpoints * k);
+  }
+  if (a.states.nvme > 0) {
+    out += fmt::format("ZeroTrain, NVMe swap files per node ({} rank(s); GiB):\n", q.gpus_per_node);
+    out += line("optimizer state and offload_param nvme chunks", a.states.nvme * q.gpus_per_node,
+                b.states.nvme * q.gpus_per_node);
   }
   out += fmt::format("\nLargest micro-batch per GPU at seq {} ({} GiB per GPU{}):\n", r.seq_len,
                      gib(q.device_bytes),

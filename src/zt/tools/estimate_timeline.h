@@ -146,7 +146,8 @@ class ZeroSim {
     // 16-bit stage 3 on a GPU casts its own chunk from the master for each gather.
     const zero::UnitLayout l{
         .padded = units_[u].padded, .shard = units_[u].shard, .persistent = units_[u].persistent};
-    if (units_[u].trainable && zero::shard_from_master(o_, l)) {
+    // offload_param: the chunk crosses from the host or the file into a device buffer first.
+    if ((units_[u].trainable && zero::shard_from_master(o_, l)) || zero::shard_offloaded(o_, l)) {
       m_.touch(units_[u].shard * compute_bytes(), Kind::kGathered);
     }
     live_elements_ += units_[u].padded;

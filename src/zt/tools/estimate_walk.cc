@@ -532,10 +532,27 @@ MemoryPrediction predict_memory(nn::Transformer& model, const DeepSpeedConfig& c
   p.at_peak = m.parts();
   p.peak_at = m.peak_at();
   p.workspace = cuda ? int64_t{32} << 20 : 0;  // kernels/cuda/gemm.cc: one per stream with GEMMs
-  p.host_state = p.states.host_master + p.states.host_optimizer;
+  p.host_state = p.states.host_master + p.states.host_optimizer + p.states.host_params;
   if (zero::offloaded(zo)) {  // OptimizerOffload's two page-locked slots of the largest piece
     const int64_t piece = std::min(zo.offload_piece_elements, largest_shard);
     p.host_staging = 2 * piece * (4 + (zo.compute_dtype != DType::f32 ? s.d : 0));
+    if (zo.optimizer_placement == zero::OptimizerPlacement::kNvme) {
+      // OptimizerSwap: three slots of every state block of the piece, and a one-block bounce.
+      const int64_t block = aio::align_up(piece * 4);
+      p.host_staging += (3 * (1 + zo.optimizer_states) + 1) * block;
+    }
+    int64_t largest_param_block = 0;
+    for (const auto& u : zunits) {
+      const zero::UnitLayout l{.padded = u.padded, .shard = u.shard, .persistent = u.persistent};
+      if (zo.param_placement == zero::ParamPlacement::kNvme && zero::shard_offloaded(zo, l)) {
+        largest_param_block = std::max(largest_param_block, aio::align_up(u.shard * s.d));
+      }
+    }
+    if (largest_param_block > 0) {
+      // The parameter file's staging ring (buffer_count) and the step's two aligned outputs.
+      p.host_staging += std::max(2, zo.param_buffer_count) * largest_param_block +
+                        2 * aio::align_up(piece * s.d);
+    }
   }
   if (to_host) p.host_checkpoints = c.n_layer * s.N * s.C * s.d;
   return p;

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 
 #include "common/fake_world_comm.h"
@@ -275,6 +276,50 @@ TEST(EstimatePrediction, LargerBatchesNeedMoreAndCheckpointingLess) {
   };
   EXPECT_LE(total(b), gpu);
   EXPECT_GT(total(b + 1), gpu);
+}
+
+}  // namespace
+}  // namespace zt::tools
+
+namespace zt::tools {
+namespace {
+
+// ZeRO-Infinity's files and buffers: the estimate's NVMe bytes are the swap files the engine
+// creates (optimizer state, and with offload_param nvme the parameter chunks), and its
+// page-locked staging is the engine's own count of its pipeline buffers, on the CPU where both
+// are measured (the files' sizes on disk are the oracle for the NVMe part).
+TEST(EstimatePrediction, NvmeSwapFilesAndStagingAreTheEngines) {
+  testing::TempDir dir("zt_est_nvme");
+  for (const std::string& extra :
+       {std::string(R"("stage": 1)"), std::string(R"("stage": 3, "sub_group_size": 3000)"),
+        fmt::format(R"("stage": 3, "sub_group_size": 3000, "stage3_param_persistence_threshold": 0,
+                       "offload_param": {{"device": "nvme", "nvme_path": "{}"}})",
+                    dir.path().string())}) {
+    SCOPED_TRACE(extra);
+    const std::string json = fmt::format(
+        R"({{"train_micro_batch_size_per_gpu": 2, "optimizer": {{"type": "AdamW"}},
+            "zero_optimization": {{{}, "offload_optimizer": {{"device": "nvme",
+                                                             "nvme_path": "{}"}}}}}})",
+        extra, dir.path().string());
+    auto cfg = config_parse(json, "test", 1);
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
+    auto choice = ckpt::model_open("llama-tiny");
+    ASSERT_TRUE(choice.is_ok());
+    nn::Transformer& model = *choice->model;
+    auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 5});
+    ASSERT_TRUE(e.is_ok()) << e.status().message();
+    int64_t on_disk = 0;
+    for (const auto& f : std::filesystem::recursive_directory_iterator(dir.path())) {
+      if (f.is_regular_file()) on_disk += static_cast<int64_t>(f.file_size());
+    }
+    const zero::ModelStateBytes b = (*e)->model_state_bytes();
+    EXPECT_EQ(b.nvme, on_disk);
+    const MemoryPrediction p =
+        predict_memory(model, *cfg, EstimateDevice::kCpu, 1, {2, 64, Checkpointing::kOff});
+    EXPECT_EQ(p.states.nvme, on_disk);
+    EXPECT_EQ(p.host_staging, b.host_buffers);
+    EXPECT_EQ(p.states.total(), b.total());
+  }
 }
 
 }  // namespace
