@@ -1,6 +1,7 @@
 // Asynchronous file I/O for NVMe swapping (ZeRO-Infinity): a swap file opened with O_DIRECT, read
 // and written in blocks by io_uring, Linux AIO (libaio) or a pool of threads, plus the checks made
-// on an nvme_path folder before a run uses it. docs/aio_notes.md describes it for users.
+// on an nvme_path folder before a run uses it. docs/zero.md "Asynchronous file I/O" describes it
+// for users.
 //
 // Contracts:
 //   - Buffers, sizes and file offsets are multiples of kAlign (4096): O_DIRECT bypasses the page
