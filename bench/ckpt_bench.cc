@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "zt/comm/communicator.h"
 #include "zt/comm/env.h"
 #include "zt/nn/models/gpt2.h"
@@ -39,9 +40,9 @@
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
+using zt::bench::check;
+using zt::bench::drop_caches;
+using zt::bench::seconds_since;
 
 int64_t folder_bytes(const std::string& dir) {
   int64_t b = 0;
@@ -49,18 +50,6 @@ int64_t folder_bytes(const std::string& dir) {
     if (e.is_regular_file()) b += static_cast<int64_t>(e.file_size());
   }
   return b;
-}
-
-bool drop_caches() {
-  ::sync();
-  std::ofstream f("/proc/sys/vm/drop_caches");
-  if (!f) return false;
-  f << "3\n";
-  return static_cast<bool>(f.flush());
-}
-
-void check(const zt::Status& s) {
-  if (!s.is_ok()) throw std::runtime_error(s.message());
 }
 
 }  // namespace

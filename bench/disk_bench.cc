@@ -31,27 +31,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
 #include "zt/core/aio.h"
 
 namespace {
 
+using zt::bench::check;
+using zt::bench::drop_caches;
+using zt::bench::seconds_since;
+
 namespace aio = zt::aio;
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-bool drop_caches() {
-  ::sync();
-  std::ofstream f("/proc/sys/vm/drop_caches");
-  if (!f) return false;
-  f << "3\n";
-  return static_cast<bool>(f.flush());
-}
-
-void check(const zt::Status& s) {
-  if (!s.is_ok()) throw std::runtime_error(s.message());
-}
 
 struct Pass {
   double write_gbs = 0, read_gbs = 0;

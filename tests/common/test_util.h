@@ -40,6 +40,9 @@ void expect_close(const std::vector<double>& actual, const std::vector<double>& 
 std::vector<double> random_weights(int64_t n, uint64_t seed);
 double weighted_sum(const Tensor& t, const std::vector<double>& w);
 
+// ||a - b|| / ||b|| (L2 norms): how far a run's weights are from a reference run's as a whole.
+double rel_l2(const std::vector<double>& a, const std::vector<double>& b);
+
 // A fresh folder under the system temp dir, removed with everything in it on destruction.
 class TempDir {
  public:

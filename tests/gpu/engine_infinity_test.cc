@@ -70,23 +70,8 @@ Trained train(const std::string& json) {
     EXPECT_TRUE(st.is_ok()) << st.message();
     out.losses.push_back(*loss);
   }
-  auto full = (*e)->gather_master();
-  EXPECT_TRUE(full.is_ok());
-  if (!full.is_ok()) return out;
-  for (auto& t : *full) {
-    auto v = t.to_doubles();
-    out.master.insert(out.master.end(), v.begin(), v.end());
-  }
+  out.master = testing::master_flat(**e);
   return out;
-}
-
-double rel_norm(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
 }
 
 void expect_infinity_matches(const std::string& precision, double loss_rtol, double master_rtol) {
@@ -104,7 +89,7 @@ void expect_infinity_matches(const std::string& precision, double loss_rtol, dou
     ASSERT_EQ(off.losses.size(), static_cast<size_t>(kSteps));
     testing::expect_close(off.losses, plain.losses, 0, loss_rtol, "losses");
     ASSERT_EQ(off.master.size(), plain.master.size());
-    EXPECT_LE(rel_norm(off.master, plain.master), master_rtol);
+    EXPECT_LE(testing::rel_l2(off.master, plain.master), master_rtol);
     // Every unit is sharded (threshold 0) and its chunk rests off the GPU.
     EXPECT_EQ(off.bytes.params, 0);
     EXPECT_EQ(off.bytes.master + off.bytes.optimizer, 0);

@@ -107,15 +107,6 @@ Trained train(const std::string& json, int64_t piece = int64_t{1} << 23, int ste
   return out;
 }
 
-double rel_norm(const std::vector<double>& a, const std::vector<double>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / den);
-}
-
 // Trains without offload and with it (pinned and pageable) and compares; returns the run without.
 Trained expect_offload_matches(int stage, const std::string& precision, double loss_rtol,
                                double master_rtol, const std::string& optimizer = kAdamW,
@@ -141,7 +132,7 @@ Trained expect_offload_matches(int stage, const std::string& precision, double l
     EXPECT_EQ(off.skipped, plain.skipped);
     EXPECT_EQ(off.master.size(), plain.master.size());
     if (off.master.size() == plain.master.size()) {
-      EXPECT_LE(rel_norm(off.master, plain.master), master_rtol);
+      EXPECT_LE(testing::rel_l2(off.master, plain.master), master_rtol);
     }
 
     // No master weights or optimizer state on the GPU, by the engine's count...
