@@ -9,6 +9,7 @@
 //   zt_bench_gpt2 [--model gpt2] [--batch 16] [--seq 1024] [--dtype bf16] [--steps 20] [--warmup 5]
 //                 [--stage N] [--offload-optimizer none|cpu] [--pin-memory true|false]
 //                 [--zero-keys '"reduce_bucket_size": 5e7, "overlap_comm": true']
+//                 [--ds-keys '"aio": {"queue_depth": 32}']
 //                 [--gradient-checkpointing] [--lora-dim R [--lora-alpha A] [--only-optimize-lora]]
 //                 [--kernel-trace N]
 //
@@ -26,7 +27,8 @@
 // --kernel-trace N: after the timed steps, N more steps run under CUPTI's activity tracing and
 // the GPU time of each kernel (summed by name, per step) goes to stderr as a table and into the
 // JSON line as "kernels" (the timed steps are not traced).
-// --zero-keys adds members to the zero_optimization block (needs --stage).
+// --zero-keys adds members to the zero_optimization block (needs --stage); --ds-keys adds
+// top-level members (the aio block, wall_clock_breakdown).
 // --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
 // {device: cpu, pin_memory: --pin-memory, default true}: ZeRO-Offload, the fp32 master weights and
 // Adam state in host memory, stepped by the CPU; the JSON line then also has the median host
@@ -73,6 +75,7 @@ struct Args {
   std::string offload_optimizer = "none";
   std::string pin_memory = "true";
   std::string zero_keys;       // more zero_optimization keys, as JSON members ("k": v, ...)
+  std::string ds_keys;         // more top-level keys ("aio": {...}, "wall_clock_breakdown": ...)
   bool checkpointing = false;  // --gradient-checkpointing
   int kernel_trace = 0;        // --kernel-trace N
   int lora_dim = 0;            // 0: no adapters
@@ -124,6 +127,8 @@ Args parse(int argc, char** argv) {
       a.pin_memory = v;
     } else if (k == "--zero-keys") {
       a.zero_keys = v;
+    } else if (k == "--ds-keys") {
+      a.ds_keys = v;
     } else if (k == "--kernel-trace") {
       a.kernel_trace = std::atoi(v.c_str());
     } else if (k == "--lora-dim") {
@@ -225,8 +230,8 @@ int run(int argc, char** argv) {
   std::string json = fmt::format(
       R"({{"train_batch_size": {}, "train_micro_batch_size_per_gpu": {}, "gradient_clipping": 1.0,
           "optimizer": {{"type": "AdamW", "params": {{"lr": 6e-4, "betas": [0.9, 0.95],
-          "weight_decay": 0.1}}}}, {}{}}})",
-      a.batch * world, a.batch, precision, zero);
+          "weight_decay": 0.1}}}}, {}{}{}}})",
+      a.batch * world, a.batch, precision, zero, a.ds_keys.empty() ? "" : ", " + a.ds_keys);
   auto cfg = zt::config_parse(json, "bench", world);
   if (!cfg) {
     std::fprintf(stderr, "%s\n", cfg.status().message().c_str());
@@ -378,7 +383,9 @@ int run(int argc, char** argv) {
                         {"peak_mem_bytes", zt::allocator_stats(*dev).peak_allocated_bytes},
                         {"first_loss", losses.front()},
                         {"last_loss", losses.back()},
-                        {"offload_optimizer", a.offload_optimizer},
+                        {"offload_optimizer", cfg->zero.offload_optimizer.device},
+                        {"offload_param", cfg->zero.offload_param.device},
+                        {"ds_keys", a.ds_keys},
                         {"checkpointing", a.checkpointing},
                         {"lora_dim", a.lora_dim},
                         {"lora_alpha", a.lora_dim > 0 ? a.lora_alpha : 0.0f},
@@ -387,6 +394,8 @@ int run(int argc, char** argv) {
   const zt::zero::ModelStateBytes b = e.model_state_bytes();
   out["model_state_bytes_device"] = b.total();
   out["model_state_bytes_host"] = b.host_total();
+  out["model_state_bytes_host_params"] = b.host_params;
+  out["model_state_bytes_nvme"] = b.nvme;
   if (offload != nullptr) {
     out["pin_memory"] = a.pin_memory == "true";
     out["offload_step_ms_median"] = median_of(offload_ms);

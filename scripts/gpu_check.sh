@@ -365,7 +365,7 @@ PY
 }
 # inf_zt MODE NAME MODEL_PATH MIN_S CAP_S [bench flags]: zt_bench_gpt2 in mode a, b or c.
 inf_zt() {
-  local mode=$1 name=$2 mp=$3 min=$4 cap=$5 zk=$inf_zero off=()
+  local mode=$1 name=$2 mp=$3 min=$4 cap=$5 zk=$inf_zero off=() dk=""
   shift 5
   case $mode in
     a) off=(--offload-optimizer cpu) ;;
@@ -376,11 +376,10 @@ inf_zt() {
        zk+=" \"nvme_path\": \"$inf_nvme/$name\", $inf_pin, \"pipeline_read\": true,"
        zk+=" \"pipeline_write\": true}, \"offload_param\": {\"device\": \"$inf_pparam\","
        zk+=" \"nvme_path\": \"$inf_nvme/$name\", $inf_pin}"
-       # zt_bench_gpt2 adds --zero-keys inside the zero_optimization block; the aio block, a
-       # top-level one, comes in by closing that block first (the bench closes the aio block).
-       zk+="}, \"aio\": {\"block_size\": 1048576, \"queue_depth\": ${inf_qd:-8},"
-       zk+=" \"intra_op_parallelism\": $inf_threads, \"single_submit\": false, \"overlap_events\": true" ;;
+       dk="\"aio\": {\"block_size\": 1048576, \"queue_depth\": ${inf_qd:-8},"
+       dk+=" \"intra_op_parallelism\": $inf_threads, \"single_submit\": false, \"overlap_events\": true}" ;;
   esac
+  if [[ -n $dk ]]; then off+=(--ds-keys "$dk"); fi
   inf_run "$name" "$min" "$cap" "$inf_bin"/zt_bench_gpt2 --model "$mp" --batch "$inf_batch" \
     --seq "$inf_seq" --dtype bf16 --stage 3 --gradient-checkpointing --device "$inf_dev" \
     --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_STEPS:-2}" "${off[@]}" --zero-keys "$zk" "$@"
