@@ -67,8 +67,8 @@
 #       `zt train --task sft` itself on pre-tokenized records (half prompt, half response) of
 #       the same shape, with random weights (a config.json without weights: nothing of 16 GB is
 #       written), timed by its own per-step clock;
-#   (k) the largest Llama shape that fine-tunes on the two GPUs, with LoRA and with full ZeRO-3 +
-#       CPU optimizer offload (offload_param is not implemented: parameters stay on the GPUs),
+#   (k) the largest Llama shape that fine-tunes on the two GPUs, with LoRA, with full ZeRO-3 +
+#       CPU optimizer offload, and with ZeRO-Infinity (job `infinity`: offload_param cpu too),
 #       sequence 2048, micro-batch 1, activation checkpointing: for each candidate, largest first
 #       (registry sizes and the llama-*-shape sizes between them), `zt estimate` predicts the GPU
 #       peak and the host memory per node; the first predicted to fit (GPU, and 95% of
@@ -118,7 +118,7 @@
 # j: ZT_DIST_SFT_MODEL (llama-8b), ZT_DIST_SFT_SEQ (2048), ZT_DIST_SFT_STEPS (10),
 #    ZT_DIST_SFT_PLAN (the same form; default "zt 0 R;fsdp2 0 R;zt 0 0;fsdp2 0 0;zt 1 R;fsdp2 1 R;
 #    zt 1 0;fsdp2 1 0;zt-train 0 R;zt-train 0 0" with R = ZT_DIST_LORA_RANK), ZT_DIST_LORA_RANK;
-# k: ZT_DIST_LARGEST_JOBS ("lora offload"), ZT_DIST_LARGEST_LORA (default "llama-119b-shape
+# k: ZT_DIST_LARGEST_JOBS ("lora offload"; also "infinity", candidates ZT_DIST_LARGEST_INFINITY), ZT_DIST_LARGEST_LORA (default "llama-119b-shape
 #    llama-98b-shape llama-70b llama-35b-shape"), ZT_DIST_LARGEST_OFFLOAD ("llama-35b-shape
 #    llama-20b-shape llama-17b-shape llama-12b-shape llama-8b"), ZT_DIST_LARGEST_SEQ (2048),
 #    ZT_DIST_GPU_GIB (the GPU memory zt estimate assumes; default the visible GPU's).
