@@ -21,6 +21,7 @@ namespace zt::zero {
 struct ZeroState::ParamStage {
   SwapBuffer buf;
   std::unique_ptr<Event> copied;  // the last copy out of (or into) buf finished
+  bool reading = false;           // a prefetch's read into buf is pending
 };
 
 void round_into(Tensor& dst, const Tensor& src, DType round, const Stream& s) {
@@ -657,8 +658,8 @@ Status ZeroState::place_own_chunk(UnitState& st, const Tensor& chunk) {
     s.synchronize();
     return Status::ok();
   }
-  ParamStage& stage = *param_stages_[next_param_stage_++ % param_stages_.size()];
-  stage.copied->synchronize();
+  if (st.param_read_stage >= 0) settle_param_reads();  // a prefetched read of the old values
+  ParamStage& stage = *param_stages_[take_param_stage()];
   const size_t bytes = chunk.nbytes();
   memory_copy(stage.buf.data(), Device::cpu(), chunk.data(), chunk.device(), bytes, s);
   const int64_t block = param_block_bytes(options_, st.shard);
@@ -684,15 +685,57 @@ Result<Tensor> ZeroState::load_own_chunk(int u, const Stream& s) {
     memory_copy_async(t.data(), t.device(), st.value_shard.data(), Device::cpu(), bytes, s);
     return t;
   }
-  // From the file into the next staging buffer (once its last copy to the device is done), then
-  // to the device on `s`; the buffer is free again when the stream passes the copy.
-  ParamStage& stage = *param_stages_[next_param_stage_++ % param_stages_.size()];
-  stage.copied->synchronize();
-  ZT_RETURN_IF_ERROR(param_file_->wait(param_file_->read_async(
-      stage.buf.data(), param_block_bytes(options_, st.shard), st.param_file_offset)));
+  // From the file into a staging buffer (the one a prefetch already read it into, or the next
+  // free one), then to the device on `s`; the buffer is free again when the stream passes the
+  // copy.
+  int k = st.param_read_stage;
+  Status read;
+  if (k >= 0) {
+    st.param_read_stage = -1;
+    param_stages_[k]->reading = false;
+    read = param_file_->wait(st.param_read_ticket);
+  } else {
+    k = take_param_stage();
+    read = param_file_->wait(param_file_->read_async(
+        param_stages_[k]->buf.data(), param_block_bytes(options_, st.shard), st.param_file_offset));
+  }
+  ZT_RETURN_IF_ERROR(read);
+  ParamStage& stage = *param_stages_[k];
   memory_copy_async(t.data(), t.device(), stage.buf.data(), Device::cpu(), bytes, s);
   stage.copied->record(s);
   return t;
+}
+
+int ZeroState::take_param_stage() {
+  // At most one read per unit is pending and there are at least two buffers, but a ring of
+  // buffer_count may hold several prefetches' reads: skip those.
+  for (size_t tries = 0; tries < param_stages_.size(); ++tries) {
+    const int k = static_cast<int>(next_param_stage_++ % param_stages_.size());
+    if (param_stages_[k]->reading) continue;
+    param_stages_[k]->copied->synchronize();
+    return k;
+  }
+  settle_param_reads();  // every buffer holds a read nobody took yet: drop them
+  return take_param_stage();
+}
+
+void ZeroState::start_param_read(int u) {
+  UnitState& st = units_[u];
+  if (st.param_read_stage >= 0) return;
+  const int k = take_param_stage();
+  param_stages_[k]->reading = true;
+  st.param_read_stage = k;
+  st.param_read_ticket = param_file_->read_async(
+      param_stages_[k]->buf.data(), param_block_bytes(options_, st.shard), st.param_file_offset);
+}
+
+void ZeroState::settle_param_reads() {
+  for (auto& st : units_) {
+    if (st.param_read_stage < 0) continue;
+    record(param_file_->wait(st.param_read_ticket));
+    param_stages_[st.param_read_stage]->reading = false;
+    st.param_read_stage = -1;
+  }
 }
 
 // ---- stage 3 parameter gathering
@@ -781,6 +824,13 @@ void ZeroState::prefetch(int u) {
   // candidate goes whatever its size, so a unit larger than the bucket is still prefetched
   // (DeepSpeed would fetch its first parameter tensor; a unit here is the whole group).
   if (!should_prefetch(options_.prefetch_elements, options_.max_live_elements, live_elements_)) {
+    return;
+  }
+  if (st.shard_offloaded && options_.param_placement == ParamPlacement::kNvme) {
+    // The disk is the slow part: read ahead while the current unit computes; the copy to the
+    // device and the all-gather follow when the unit is gathered.
+    start_param_read(u);
+    ++prefetches_issued_;
     return;
   }
   st.pending_gather = issue_gather(u, st.gather_done);

@@ -136,6 +136,10 @@ struct UnitState {
   // (kHost*) or at param_file_offset of the parameter swap file (kNvme; value_shard undefined).
   bool shard_offloaded = false;
   int64_t param_file_offset = -1;
+  // offload_param nvme: a prefetch's read of the chunk into staging buffer param_read_stage
+  // (-1: none in flight), which the gather that follows takes instead of reading again.
+  int param_read_stage = -1;
+  int64_t param_read_ticket = 0;
   Tensor grad;                // full gradient (stages 2-3: from its backward until reduced)
   Tensor grad_shard;          // stages 1-3: own chunk of the reduced, averaged gradient (f32)
   Tensor master;              // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
@@ -351,6 +355,12 @@ class ZeroState : public nn::UnitHooks {
   EventSpans gather_spans_;
   Status hook_status_;
   Status place_own_chunk(UnitState& st, const Tensor& chunk);
+  // offload_param nvme: the next staging buffer free of a pending read (waiting for its last
+  // copy to the device), a prefetch's asynchronous read of unit u's chunk, and the settling of
+  // reads no gather took (before the optimizer rewrites the file).
+  int take_param_stage();
+  void start_param_read(int u);
+  void settle_param_reads();
   std::unique_ptr<OptimizerSwap> swap_;
   // offload_param nvme: the file, and a ring of page-locked staging buffers that chunks read
   // from it cross to the device through (each reused once its copy has finished).

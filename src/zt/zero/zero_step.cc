@@ -9,6 +9,8 @@ namespace zt::zero {
 
 Result<int64_t> ZeroState::optimizer_step(optim::Optimizer& optimizer,
                                           const optim::StepValues& v) {
+  // Reads of parameter chunks no gather took must not cross the step's writes to the file.
+  if (param_file_ != nullptr) settle_param_reads();
   if (offload_) {
     // ZeRO-Offload: the same step values, applied by the CPU kernels to the host master weights;
     // the pipeline writes the compute copy's own chunks back to the device.
