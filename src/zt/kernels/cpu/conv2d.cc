@@ -9,13 +9,13 @@
 // per group rather than per image keeps BLAS busy on the small feature maps of CIFAR-sized
 // networks (AlexNet's later layers are 2x2); groups bound the column buffer's memory.
 // Assumes contiguous CPU tensors, f32 or f64, dimensions that fit BLAS's 32-bit int.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
+#include "zt/kernels/cpu/blas_gemm.h"
 #include "zt/kernels/conv_ops.h"
 #include "zt/kernels/ops.h"
 
@@ -55,21 +55,6 @@ constexpr int64_t kParallelMinWork = int64_t{1} << 15;
 // Elements of the column buffer per group of images (32 MiB of f32): large enough that a
 // CIFAR batch is one GEMM, small enough that a 224x224 network does not double its memory.
 constexpr int64_t kColBudget = int64_t{8} << 20;
-
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
-          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
-          int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
 
 struct ConvDims {
   int64_t N, C, H, W;  // input

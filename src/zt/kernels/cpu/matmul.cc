@@ -2,11 +2,11 @@
 // products go through OpenBLAS (row-major cblas_?gemm); bias add and dbias column sums are plain
 // loops. Assumes contiguous CPU tensors, compute dtype f32 or f64 (the accumulator dtype equals it
 // on the CPU), and that every dimension fits BLAS's 32-bit int.
-#include <cblas.h>
 
 #include <cstdint>
 #include <limits>
 
+#include "zt/kernels/cpu/blas_gemm.h"
 #include "zt/kernels/cpu/cpu_ops.h"
 
 namespace zt::kernels::cpu {
@@ -16,22 +16,6 @@ namespace {
 // team costs more than it saves, and tiny ops are common (finite-difference tests, small
 // models).
 constexpr int64_t kParallelMinWork = int64_t{1} << 15;
-
-// C (m,n) = alpha op(A) op(B) + beta C, row-major, leading dimensions the row lengths as stored.
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, float alpha,
-          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, double alpha,
-          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
-          int64_t ldc) {
-  cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
 
 struct MatmulDims {
   int64_t N, K, M;
