@@ -274,15 +274,16 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
       zero_options_from_config(config, dev, optimizer_.spec(), options.offload_piece_elements);
   zo.stream = ctx_.stream;
   zo.comm = comm_;
+  // The units' sizes, for the checks below of what the model state needs on each tier.
+  std::vector<int64_t> numels;
+  std::vector<bool> frozen;
+  for (auto& u : model.units()) {
+    numels.push_back(u->flat_numel());
+    frozen.push_back(u->frozen());
+  }
   if (dev.is_cuda()) {
     // Model state larger than the whole GPU can never train: say so, with what would fit, before
     // minutes of drawing initial values end in an allocation failure.
-    std::vector<int64_t> numels;
-    std::vector<bool> frozen;
-    for (auto& u : model.units()) {
-      numels.push_back(u->flat_numel());
-      frozen.push_back(u->frozen());
-    }
     const std::string err = zero::model_state_fit_error(
         numels, zo, comm_->world_size(), cuda_device_total_memory(dev.index), dev.str(), frozen);
     if (!err.empty()) throw GpuOutOfMemory(err);
@@ -328,12 +329,6 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   if (optimizer_nvme || params_nvme) {
     // The swap files of every rank on this host share the disk: the folder must hold them all
     // (each rank's own file is also reserved with fallocate when it is created).
-    std::vector<int64_t> numels;
-    std::vector<bool> frozen;
-    for (auto& u : model.units()) {
-      numels.push_back(u->flat_numel());
-      frozen.push_back(u->frozen());
-    }
     const int world = comm_->world_size();
     const int64_t on_host = ranks_on_this_host(world);
     zero::ZeroOptions no_params = zo;

@@ -37,8 +37,7 @@ std::vector<OffloadPiece> plan_offload_pieces(nn::Model& model, const ZeroOption
       pieces.push_back(std::move(p));
       continue;
     }
-    const int64_t step = o.offload_piece_elements;
-    ZT_ASSERT(step > 0, "offload_piece_elements {} must be positive", step);
+    const int64_t step = offload_piece_step(o, l.shard);
     for (int64_t off = 0; off < l.shard; off += step) {
       const int64_t n = std::min(step, l.shard - off);
       pieces.push_back({.unit = u, .offset = off, .n = n, .tensors = {{0, n}}});

@@ -144,6 +144,13 @@ bool shard_from_master(const ZeroOptions& o, const UnitLayout& l) {
          o.round_dtype == o.compute_dtype;
 }
 
+int64_t offload_piece_step(const ZeroOptions& o, int64_t shard) {
+  if (o.offload_granularity == OffloadGranularity::kParamTensors) return shard;
+  ZT_ASSERT(o.offload_piece_elements > 0, "offload_piece_elements {} must be positive",
+            o.offload_piece_elements);
+  return o.offload_piece_elements;
+}
+
 bool shard_offloaded(const ZeroOptions& o, const UnitLayout& l) {
   if (l.persistent || o.stage != 3 || !offloaded(o)) return false;
   switch (o.param_placement) {
@@ -205,9 +212,7 @@ ModelStateBytes predict_state_bytes(const std::vector<int64_t>& unit_numels,
     for (size_t i = 0; i < unit_numels.size(); ++i) {
       if (i < frozen.size() && frozen[i]) continue;
       const int64_t shard = unit_layout(unit_numels[i], world, 0, options).shard;
-      const int64_t step = options.offload_granularity == OffloadGranularity::kParamTensors
-                               ? shard
-                               : std::max<int64_t>(1, options.offload_piece_elements);
+      const int64_t step = offload_piece_step(options, shard);
       for (int64_t off = 0; off < shard; off += step) {
         pieces += (1 + options.optimizer_states) * swap_block_bytes(std::min(step, shard - off));
       }
@@ -756,23 +761,6 @@ CommHandle ZeroState::issue_gather(int u, CommDone& done) {
   // block's earlier users and for the optimizer's last write of value_shard.
   st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
   Tensor send = st.value_shard;
-  if (st.shard_offloaded) {
-    // offload_param: the chunk crosses to the device on the lane, ahead of its all-gather (and
-    // while the compute stream goes on with the unit before).
-    lane_.begin();
-    auto chunk = load_own_chunk(u, lane_.stream());
-    if (chunk.is_ok()) {
-      send = std::move(chunk).value();
-    } else {
-      record(chunk.status());
-      send = Tensor::zeros({st.shard}, options_.compute_dtype, options_.device, lane_.stream());
-    }
-    CommHandle h = options_.comm->all_gather(st.value, send, lane_.stream());
-    const Tensor used[] = {st.value, send};
-    done = lane_.end(used);
-    live_elements_ += st.padded;
-    return h;
-  }
   if (st.shard_from_master) {
     // The own chunk in the compute dtype, from the master the optimizer last wrote (both on the
     // compute stream, which the lane waits for below).
@@ -780,6 +768,17 @@ CommHandle ZeroState::issue_gather(int u, CommDone& done) {
     kernels::cast(send, st.master, options_.stream);
   }
   lane_.begin();
+  if (st.shard_offloaded) {
+    // offload_param: the chunk crosses to the device on the lane, ahead of its all-gather (and
+    // while the compute stream goes on with the unit before).
+    auto chunk = load_own_chunk(u, lane_.stream());
+    if (chunk.is_ok()) {
+      send = std::move(chunk).value();
+    } else {
+      record(chunk.status());
+      send = Tensor::zeros({st.shard}, options_.compute_dtype, options_.device, lane_.stream());
+    }
+  }
   CommHandle h = options_.comm->all_gather(st.value, send, lane_.stream());
   const Tensor used[] = {st.value, send};
   done = lane_.end(used);

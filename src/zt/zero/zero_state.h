@@ -185,6 +185,10 @@ bool offloaded(const ZeroOptions& o);
 bool master_shared(const ZeroOptions& o);
 // Stage 3 on a GPU in 16-bit without offload keeps no 16-bit shard of a sharded unit at rest.
 bool shard_from_master(const ZeroOptions& o, const UnitLayout& l);
+// The length of the pieces the offloaded step (and the NVMe swap file) cuts a rank's `shard`
+// elements of a unit into, the last one shorter: offload_piece_elements, or the whole chunk
+// for Lamb (OffloadGranularity::kParamTensors).
+int64_t offload_piece_step(const ZeroOptions& o, int64_t shard);
 // offload_param moves this unit's own chunk off the device (a sharded unit at stage 3, with the
 // optimizer offloaded).
 bool shard_offloaded(const ZeroOptions& o, const UnitLayout& l);
