@@ -1,10 +1,13 @@
-// Causal attention forward + backward on one GPU: the fused kernels (flash_attention_*) next to
-// the unfused path (attention_*: batched GEMMs and a materialised (T, T) probability matrix), in
-// bf16, for the head shapes of GPT-2 124M (12 x 64) and the 1.3B GPT (16 x 128). Prints one JSON
-// line per (shape, implementation): median milliseconds of fwd+bwd over --steps timed with CUDA
-// events after warm-up, TFLOP/s counted as causal attention (half of 4 B NH T^2 HS forward, 2.5x
-// that backward), and the bytes each keeps for backward. bench/attention_torch.py prints the same
-// for PyTorch's scaled_dot_product_attention.
+// Causal attention forward + backward on one GPU, in bf16: the fused op (flash_attention_*) on
+// each of its backends (ZeroTrain's own kernels, "zerotrain-own"; cuDNN's fused attention with
+// its deterministic backward, "zerotrain-cudnn", and its atomic one, "zerotrain-cudnn-atomic",
+// when cuDNN is installed) and, at sequence 1024, the unfused path
+// (attention_*: batched GEMMs and a materialised (T, T) probability matrix). Shapes: head sizes
+// 64 (12 heads, GPT-2's) and 128 (16 heads), sequence 1K to 16K at 16K tokens per call. Prints
+// one JSON line per (shape, implementation): median milliseconds of fwd+bwd over `steps` (first
+// argument, default 20) timed with CUDA events after warm-up, TFLOP/s counted as causal attention
+// (half of 4 B NH T^2 HS forward, 2.5x that backward), and the bytes each keeps for backward.
+// bench/attention_torch.py prints the same for PyTorch's SDPA backends.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -20,7 +23,7 @@ struct Shape4 {
   int64_t B, NH, T, HS;
 };
 
-void run(const Shape4& sh, bool fused, int steps) {
+void run(const Shape4& sh, bool fused, int steps, const char* impl) {
   using zt::DType;
   using zt::Tensor;
   const zt::Device dev = zt::Device::cuda(0);
@@ -74,7 +77,7 @@ void run(const Shape4& sh, bool fused, int steps) {
       "{\"impl\": \"%s\", \"B\": %lld, \"NH\": %lld, \"T\": %lld, \"HS\": %lld, \"ms_median\": "
       "%.4f, "
       "\"tflops\": %.1f, \"saved_extra_bytes\": %lld}\n",
-      fused ? "zerotrain-fused" : "zerotrain-unfused", static_cast<long long>(sh.B),
+      impl, static_cast<long long>(sh.B),
       static_cast<long long>(sh.NH), static_cast<long long>(sh.T), static_cast<long long>(sh.HS),
       med, flops / (med * 1e-3) / 1e12, static_cast<long long>(saved));
   std::fflush(stdout);
@@ -83,11 +86,26 @@ void run(const Shape4& sh, bool fused, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  using zt::kernels::AttentionBackend;
   const int steps = argc > 1 ? std::stoi(argv[1]) : 20;
-  for (const Shape4& sh :
-       {Shape4{16, 12, 1024, 64}, Shape4{4, 16, 1024, 128}, Shape4{1, 16, 4096, 128}}) {
-    run(sh, true, steps);
-    run(sh, false, steps);
+  const bool cudnn = zt::kernels::cudnn_available();
+  if (!cudnn) std::fprintf(stderr, "cuDNN is not installed: only the own kernels run\n");
+  for (const int64_t hs : {int64_t{64}, int64_t{128}}) {
+    for (const int64_t t : {int64_t{1024}, int64_t{2048}, int64_t{4096}, int64_t{8192},
+                            int64_t{16384}}) {
+      const Shape4 sh{16384 / t, hs == 64 ? 12 : 16, t, hs};
+      zt::kernels::set_attention_backend(AttentionBackend::kOwn);
+      run(sh, true, steps, "zerotrain-own");
+      if (cudnn) {
+        zt::kernels::set_attention_backend(AttentionBackend::kCudnn);
+        run(sh, true, steps, "zerotrain-cudnn");
+        zt::kernels::set_attention_deterministic(false);
+        run(sh, true, steps, "zerotrain-cudnn-atomic");
+        zt::kernels::set_attention_deterministic(true);
+      }
+      zt::kernels::set_attention_backend(AttentionBackend::kAuto);
+      if (t == 1024) run(sh, false, steps, "zerotrain-unfused");
+    }
   }
   return 0;
 }

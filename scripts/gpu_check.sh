@@ -79,7 +79,7 @@ fi
 fi
 
 if on attention; then
-echo "== attention fwd+bwd, bf16: fused and unfused next to torch SDPA"
+echo "== attention fwd+bwd, bf16: own kernels, cuDNN, unfused next to torch SDPA (flash, cuDNN)"
 "$bin"/zt_bench_attention >>"$out/attention.jsonl" 2>"$out/attention_zt.log" || tail -5 "$out/attention_zt.log"
 python3 bench/attention_torch.py >>"$out/attention.jsonl" 2>"$out/attention_torch.log" ||
   tail -5 "$out/attention_torch.log"
@@ -913,7 +913,7 @@ for r in att:
     t = next((x for x in att if x["impl"] == "torch-sdpa" and (x["B"], x["NH"], x["T"], x["HS"]) == key), None)
     ratio = t["ms_median"] / r["ms_median"] if t else float("nan")
     print(f"{str(key):<24}{r['impl']:<20}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
-print("(last column: torch SDPA time divided by that row's time; above 1 is faster than torch)")
+print("(last column: the faster torch SDPA backend's time divided by that row's time; above 1 is faster than torch)")
 lm = [json.loads(l) for l in open(f"{out}/llama.jsonl") if l.strip()]
 if lm:
     z = next((r for r in lm if r["impl"] == "zerotrain"), None)

@@ -5,6 +5,9 @@
 // softmax rescales over 16 key tiles. Inputs are exact in every dtype (gpu_test_util.h), so the
 // tolerance covers only the GPU's own roundings: the probabilities and dS are rounded to the
 // compute dtype before their products, as in any 16-bit attention.
+// Each shape runs on both GPU backends (kernels::AttentionBackend): ZeroTrain's own kernels and
+// cuDNN's fused attention (kernels/cuda/cudnn_attention.cc), and across them (one's forward, the
+// other's backward: they share the lse). cuDNN's backward is checked to be deterministic.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,8 +30,18 @@ double relative_max_error(const std::vector<double>& a, const std::vector<double
   return err / std::max(ref, 1e-30);
 }
 
-void check_flash(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " NH " << NH << " HS " << HS);
+// Runs forward with `fwd` and backward with `bwd`, then restores the default.
+void run_backends(kernels::AttentionBackend fwd, kernels::AttentionBackend bwd, Tensor& out,
+                  Tensor& lse, Tensor& dqkv, const Tensor& qkv, const Tensor& dout, int NH) {
+  kernels::set_attention_backend(fwd);
+  kernels::flash_attention_forward(out, lse, qkv, NH);
+  kernels::set_attention_backend(bwd);
+  kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, NH);
+  kernels::set_attention_backend(kernels::AttentionBackend::kAuto);
+}
+
+void check_flash_with(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed,
+                      kernels::AttentionBackend fwd, kernels::AttentionBackend bwd) {
   const int64_t C = NH * HS;
   // Scores of O(1): q and k entries of about 1/2, so softmax is neither flat nor one-hot.
   Tensor qkv = exact_tensor({B, T, 3 * C}, seed, 0.5);
@@ -48,8 +61,17 @@ void check_flash(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed) {
     Tensor out_d = to_cuda(random_tensor({B, T, C}, DType::f32, seed + 2), d.dtype);
     Tensor lse_d = to_cuda(random_tensor({B, NH, T}, DType::f32, seed + 3), DType::f32);
     Tensor dqkv_d = to_cuda(random_tensor({B, T, 3 * C}, DType::f32, seed + 4), d.dtype);
-    kernels::flash_attention_forward(out_d, lse_d, qkv_d, NH);
-    kernels::flash_attention_backward(dqkv_d, dout_d, qkv_d, out_d, lse_d, NH);
+    run_backends(fwd, bwd, out_d, lse_d, dqkv_d, qkv_d, dout_d, NH);
+    if ((bwd == kernels::AttentionBackend::kCudnn || fwd == kernels::AttentionBackend::kCudnn) &&
+        kernels::attention_deterministic()) {
+      // The same call again gives the same bits (no atomics in either backward).
+      Tensor out2 = to_cuda(random_tensor({B, T, C}, DType::f32, seed + 5), d.dtype);
+      Tensor lse2 = to_cuda(random_tensor({B, NH, T}, DType::f32, seed + 6), DType::f32);
+      Tensor dqkv2 = to_cuda(random_tensor({B, T, 3 * C}, DType::f32, seed + 7), d.dtype);
+      run_backends(fwd, bwd, out2, lse2, dqkv2, qkv_d, dout_d, NH);
+      EXPECT_EQ(values(out2), values(out_d)) << "out is not reproducible";
+      EXPECT_EQ(values(dqkv2), values(dqkv_d)) << "dqkv is not reproducible";
+    }
 
     // The reference backward reads the GPU's own rounded out (D = dout . out uses it), as the
     // kernels do; its lse is the reference one.
@@ -73,6 +95,39 @@ void check_flash(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed) {
       EXPECT_LE(relative_max_error(g, w), 4 * d.rtol) << "d"
                                                       << "qkv"[part];
     }
+  }
+}
+
+// Own kernels, cuDNN, and the two crossed (when cuDNN is installed).
+void check_flash(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed) {
+  using kernels::AttentionBackend;
+  SCOPED_TRACE(::testing::Message() << "B " << B << " T " << T << " NH " << NH << " HS " << HS);
+  {
+    SCOPED_TRACE("own kernels");
+    check_flash_with(B, T, NH, HS, seed, AttentionBackend::kOwn, AttentionBackend::kOwn);
+  }
+  if (!kernels::cudnn_available()) {
+    std::printf("cuDNN is not installed here: only ZeroTrain's own attention kernels ran\n");
+    return;
+  }
+  {
+    SCOPED_TRACE("cuDNN");
+    check_flash_with(B, T, NH, HS, seed, AttentionBackend::kCudnn, AttentionBackend::kCudnn);
+  }
+  {
+    // cuDNN's atomic backward: the same numbers within the tolerance (its bits may vary).
+    SCOPED_TRACE("cuDNN, atomic backward");
+    kernels::set_attention_deterministic(false);
+    check_flash_with(B, T, NH, HS, seed, AttentionBackend::kCudnn, AttentionBackend::kCudnn);
+    kernels::set_attention_deterministic(true);
+  }
+  {
+    SCOPED_TRACE("cuDNN forward, own backward");
+    check_flash_with(B, T, NH, HS, seed, AttentionBackend::kCudnn, AttentionBackend::kOwn);
+  }
+  {
+    SCOPED_TRACE("own forward, cuDNN backward");
+    check_flash_with(B, T, NH, HS, seed, AttentionBackend::kOwn, AttentionBackend::kCudnn);
   }
 }
 

@@ -98,6 +98,24 @@ enum class Activation : unsigned char {
 // the CPU reference (f32/f64) takes any shape.
 bool flash_attention_supported(Device device, DType dtype, int64_t head_size);
 
+// Which kernels run flash_attention_forward/backward on a GPU: kAuto (the default) cuDNN's fused
+// attention where cuDNN is installed and takes the shape, else ZeroTrain's own; kCudnn requires
+// cuDNN (an error when it cannot run); kOwn ZeroTrain's own kernels. The environment variable
+// ZT_ATTENTION_BACKEND=auto|cudnn|own sets the starting value; tests and benchmarks switch it.
+enum class AttentionBackend : unsigned char { kAuto, kCudnn, kOwn };
+AttentionBackend attention_backend();
+void set_attention_backend(AttentionBackend b);
+// Whether cuDNN 9 can be loaded (false in a build without CUDA).
+bool cudnn_available();
+// Whether the attention backward must give the same bits on every run (default true;
+// ZT_ATTENTION_DETERMINISTIC=0 sets it false). True: cuDNN's backward in its deterministic form,
+// which keeps dP, 2 B heads T^2 bytes, in a workspace, used while that fits
+// attention_workspace_limit() (ZT_ATTENTION_WORKSPACE_MB, default 2048), else ZeroTrain's own
+// kernels (deterministic, no workspace). False: cuDNN's atomic dQ accumulation, PyTorch's default.
+bool attention_deterministic();
+void set_attention_deterministic(bool on);
+int64_t attention_workspace_limit();
+
 // Unwraps a parenthesised list: ZT_OP_LIST((a, b)) -> a, b.
 #define ZT_OP_LIST(...) __VA_ARGS__
 #define ZT_OP(name, where, params, args) void name(ZT_OP_LIST params, const Stream& s = {});

@@ -21,6 +21,7 @@
 
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
+#include "zt/kernels/cuda/cudnn_attention.h"
 
 namespace zt::kernels::cuda {
 namespace {
@@ -594,6 +595,7 @@ void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int nu
   check_aligned(out, op, "out");
   if (a.B * a.T == 0) return;
   DeviceGuard guard(qkv.device());
+  if (cudnn_attention_forward(out, lse, qkv, a.B, a.NH, a.T, a.HS, s)) return;
   const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS))};
   const dim3 grid(static_cast<unsigned>(a.B * a.NH),
                   static_cast<unsigned>(ceil_div(a.T, kBlockRows)));
@@ -626,6 +628,8 @@ void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
   check_aligned(qkv, op, "qkv");
   if (a.B * a.T == 0) return;
   DeviceGuard guard(qkv.device());
+  check_aligned(out, op, "out");
+  if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, a.B, a.NH, a.T, a.HS, s)) return;
   const cudaStream_t stream = stream_of(s);
   const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS))};
   Tensor dvec = Tensor::empty({a.B, a.NH, a.T}, DType::f32, qkv.device(), s);

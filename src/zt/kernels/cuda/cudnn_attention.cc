@@ -1,0 +1,558 @@
+// Causal attention through cuDNN's fused flash-attention engines (the kernels PyTorch's cuDNN
+// SDPA backend runs), built with cuDNN's graph (backend) API. The operation graphs below are the
+// ones cuDNN's fused engines recognise: scores = Q K^T * scale, the causal mask as a generated
+// row/column index comparison and a select of -inf, the softmax with its statistics
+// (max + log sum exp, the same lse ZeroTrain's own kernels keep, so either backward can follow
+// either forward), and P V. The backward is the "dP workspace" form, in which dQ is written by one
+// matmul rather than accumulated with atomics: cuDNN's deterministic algorithm, and engines whose
+// numerical notes say "nondeterministic" are skipped. Q, K, V, O and their gradients are read and
+// written in place in ZeroTrain's packed layouts (qkv (B,T,3C), out (B,T,C)) through strides.
+//
+// Plans are built once per shape (cuDNN may compile its kernel at run time: the first step pays
+// that) and cached per thread and device; a shape cuDNN declines is remembered, and the caller
+// uses ZeroTrain's own kernels for it.
+#include "zt/kernels/cuda/cudnn_attention.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+#include "zt/core/assert.h"
+#include "zt/core/cuda/cuda_check.h"
+#include "zt/core/log.h"
+#include "zt/kernels/cuda/cudnn_api.h"
+
+namespace zt::kernels::cuda {
+namespace {
+
+using cudnn::Desc;
+
+// Unique ids of the graph's real tensors (the variant pack's keys).
+enum Uid : int64_t {
+  kQ = 1,
+  kK = 2,
+  kV = 3,
+  kO = 4,
+  kStats = 5,
+  kDO = 6,
+  kDQ = 7,
+  kDK = 8,
+  kDV = 9,
+  kScale = 10,
+  kNegInf = 11,
+  kOne = 12,
+  kSoftmaxSum = 13,
+  kDQAccum = 14,
+  kFirstVirtual = 100,
+};
+
+struct Shape4 {
+  std::vector<int64_t> dim, stride;
+};
+
+// The graph under construction: tensor and operation descriptors, kept alive with the plan.
+class Graph {
+ public:
+  explicit Graph(cudnnDataType_t io) : io_(io) {}
+
+  const Desc& tensor(int64_t uid, cudnnDataType_t t, const Shape4& s, bool is_virtual,
+                     bool by_value = false) {
+    Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    d.set_dtype(CUDNN_ATTR_TENSOR_DATA_TYPE, t)
+        .set_i64(CUDNN_ATTR_TENSOR_DIMENSIONS, s.dim)
+        .set_i64(CUDNN_ATTR_TENSOR_STRIDES, s.stride)
+        .set_i64(CUDNN_ATTR_TENSOR_UNIQUE_ID, {uid})
+        .set_i64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, {16})
+        .set_bool(CUDNN_ATTR_TENSOR_IS_VIRTUAL, is_virtual);
+    if (by_value) d.set_bool(CUDNN_ATTR_TENSOR_IS_BY_VALUE, true);
+    d.finalize("tensor descriptor");
+    return keep(std::move(d));
+  }
+  const Desc& real(int64_t uid, const Shape4& s) { return tensor(uid, io_, s, false); }
+  const Desc& real_f32(int64_t uid, const Shape4& s) {
+    return tensor(uid, CUDNN_DATA_FLOAT, s, false);
+  }
+  const Desc& scalar(int64_t uid) {
+    return tensor(uid, CUDNN_DATA_FLOAT, Shape4{{1, 1, 1, 1}, {1, 1, 1, 1}}, false, true);
+  }
+  const Desc& virt(const Shape4& s, cudnnDataType_t t = CUDNN_DATA_FLOAT) {
+    return tensor(next_virtual_++, t, s, true);
+  }
+
+  void matmul(const Desc& a, const Desc& b, const Desc& c) {
+    Desc m(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+    m.set_dtype(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT).finalize("matmul descriptor");
+    Desc op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_MATMUL_ADESC, a)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
+        .set_desc(CUDNN_ATTR_OPERATION_MATMUL_DESC, m)
+        .finalize("matmul operation");
+    keep(std::move(m));
+    ops_.push_back(&keep(std::move(op)));
+  }
+
+  // y = mode(x[, b[, t]]); `axis` for GEN_INDEX.
+  void pointwise(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, const Desc* t,
+                 const Desc& y, cudnnDataType_t prec = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+    Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+    pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+        .set_dtype(CUDNN_ATTR_POINTWISE_MATH_PREC, prec);
+    if (axis >= 0) pw.set_i64(CUDNN_ATTR_POINTWISE_AXIS, {axis});
+    pw.finalize("pointwise descriptor");
+    Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+        .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
+    if (b != nullptr) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+    if (t != nullptr) op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, *t);
+    op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y).finalize("pointwise operation");
+    keep(std::move(pw));
+    ops_.push_back(&keep(std::move(op)));
+  }
+
+  void reduction(cudnnReduceTensorOp_t mode, const Desc& x, const Desc& y) {
+    Desc r(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+    r.set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)
+        .set_dtype(CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_DATA_FLOAT)
+        .finalize("reduction descriptor");
+    Desc op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x)
+        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y)
+        .set_desc(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r)
+        .finalize("reduction operation");
+    keep(std::move(r));
+    ops_.push_back(&keep(std::move(op)));
+  }
+
+  void reshape(const Desc& x, const Desc& y) {
+    Desc op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+    op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x)
+        .set_desc(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y)
+        .finalize("reshape operation");
+    ops_.push_back(&keep(std::move(op)));
+  }
+
+  // The causal mask on scores s: keep s where row >= column, else -inf.
+  const Desc& causal(const Desc& s, const Shape4& sh, const Desc& neg_inf) {
+    const Desc& row = virt(sh, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
+    const Desc& col = virt(sh, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, col, CUDNN_DATA_FLOAT, 3);
+    const Desc& keep_it = virt(sh, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, nullptr, keep_it, CUDNN_DATA_BOOLEAN);
+    const Desc& out = virt(sh);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, &neg_inf, &keep_it, out);
+    return out;
+  }
+
+  std::vector<std::unique_ptr<Desc>> take() { return std::move(descs_); }
+  const std::vector<const Desc*>& ops() const { return ops_; }
+  cudnnDataType_t io() const { return io_; }
+
+ private:
+  const Desc& keep(Desc d) {
+    descs_.push_back(std::make_unique<Desc>(std::move(d)));
+    return *descs_.back();
+  }
+
+  cudnnDataType_t io_;
+  int64_t next_virtual_ = kFirstVirtual;
+  std::vector<std::unique_ptr<Desc>> descs_;
+  std::vector<const Desc*> ops_;
+};
+
+struct Dims {
+  int64_t B, NH, T, HS;
+  int64_t C() const { return NH * HS; }
+  // q, k or v of (B,T,3C) seen as (B, NH, T, HS).
+  Shape4 packed_bhsd() const { return {{B, NH, T, HS}, {T * 3 * C(), HS, 3 * C(), 1}}; }
+  // k or v of (B,T,3C) seen as (B, NH, HS, T): the transposed operand.
+  Shape4 packed_bhds() const { return {{B, NH, HS, T}, {T * 3 * C(), HS, 1, 3 * C()}}; }
+  // out (B,T,C) as (B, NH, T, HS).
+  Shape4 out_bhsd() const { return {{B, NH, T, HS}, {T * C(), HS, C(), 1}}; }
+  Shape4 scores() const { return {{B, NH, T, T}, {NH * T * T, T * T, T, 1}}; }
+  Shape4 scores_t() const { return {{B, NH, T, T}, {NH * T * T, T * T, 1, T}}; }
+  Shape4 rows() const { return {{B, NH, T, 1}, {NH * T, T, 1, 1}}; }
+};
+
+void build_forward(Graph& g, const Dims& d) {
+  const Desc& q = g.real(kQ, d.packed_bhsd());
+  const Desc& kt = g.real(kK, d.packed_bhds());
+  const Desc& v = g.real(kV, d.packed_bhsd());
+  const Desc& o = g.real(kO, d.out_bhsd());
+  const Desc& stats = g.real_f32(kStats, d.rows());
+  const Desc& scale = g.scalar(kScale);
+  const Desc& neg_inf = g.scalar(kNegInf);
+  const Shape4 ss = d.scores(), rs = d.rows();
+
+  const Desc& s = g.virt(ss);
+  g.matmul(q, kt, s);
+  const Desc& s_scaled = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, nullptr, s_scaled);
+  const Desc& s_masked = g.causal(s_scaled, ss, neg_inf);
+  // softmax, keeping max + log(sum) as the statistics
+  const Desc& m = g.virt(rs);
+  g.reduction(CUDNN_REDUCE_TENSOR_MAX, s_masked, m);
+  const Desc& centred = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_SUB, s_masked, &m, nullptr, centred);
+  const Desc& e = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_EXP, centred, nullptr, nullptr, e);
+  const Desc& l = g.virt(rs);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, e, l);
+  const Desc& log_l = g.virt(rs);
+  g.pointwise(CUDNN_POINTWISE_LOG, l, nullptr, nullptr, log_l);
+  g.pointwise(CUDNN_POINTWISE_ADD, m, &log_l, nullptr, stats);
+  const Desc& p = g.virt(ss, g.io());
+  g.pointwise(CUDNN_POINTWISE_DIV, e, &l, nullptr, p);
+  g.matmul(p, v, o);
+}
+
+void build_backward(Graph& g, const Dims& d, bool deterministic) {
+  const Desc& q = g.real(kQ, d.packed_bhsd());
+  const Desc& kt = g.real(kK, d.packed_bhds());
+  const Desc& vt = g.real(kV, d.packed_bhds());
+  const Desc& o = g.real(kO, d.out_bhsd());
+  const Desc& stats = g.real_f32(kStats, d.rows());
+  const Desc& dout = g.real(kDO, d.out_bhsd());
+  const Desc& dq = g.real(kDQ, d.packed_bhsd());
+  const Desc& dk = g.real(kDK, d.packed_bhsd());
+  const Desc& dv = g.real(kDV, d.packed_bhsd());
+  const Desc& scale = g.scalar(kScale);
+  const Desc& neg_inf = g.scalar(kNegInf);
+  const Desc& one = g.scalar(kOne);
+  const Desc& softmax_sum = g.real_f32(kSoftmaxSum, d.rows());
+  const Shape4 ss = d.scores(), rs = d.rows();
+
+  // softmax_sum = rowsum(dO * O)
+  const Desc& dout_o = g.virt(Shape4{{d.B, d.NH, d.T, d.HS},
+                                     {d.NH * d.T * d.HS, d.T * d.HS, d.NH * d.HS, 1}});
+  g.pointwise(CUDNN_POINTWISE_MUL, dout, &o, nullptr, dout_o);
+  const Desc& rowsum = g.virt(rs);
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_o, rowsum);
+  g.pointwise(CUDNN_POINTWISE_MUL, rowsum, &one, nullptr, softmax_sum);
+  // P = exp(Q K^T * scale - stats), masked
+  const Desc& s = g.virt(ss);
+  g.matmul(q, kt, s);
+  const Desc& s_scaled = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, nullptr, s_scaled);
+  const Desc& s_centred = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_SUB, s_scaled, &stats, nullptr, s_centred);
+  const Desc& s_masked = g.causal(s_centred, ss, neg_inf);
+  const Desc& p = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_EXP, s_masked, nullptr, nullptr, p);
+  // dV = P^T dO
+  const Desc& p_t = g.virt(d.scores_t(), g.io());
+  g.reshape(p, p_t);
+  g.matmul(p_t, dout, dv);
+  // dS = P * (dO V^T - softmax_sum) * scale
+  const Desc& dp = g.virt(ss);
+  g.matmul(dout, vt, dp);
+  const Desc& dp_centred = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum, nullptr, dp_centred);
+  const Desc& ds_unscaled = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_MUL, dp_centred, &p, nullptr, ds_unscaled);
+  const Desc& ds = g.virt(ss);
+  g.pointwise(CUDNN_POINTWISE_MUL, ds_unscaled, &scale, nullptr, ds);
+  // dK = dS^T Q
+  const Desc& ds_t = g.virt(d.scores_t(), g.io());
+  g.reshape(ds, ds_t);
+  g.matmul(ds_t, q, dk);
+  const Desc& k = g.virt(d.packed_bhsd(), g.io());
+  g.reshape(kt, k);
+  if (deterministic) {
+    // dQ = dS K, written by the matmul itself over the stored dP (cuDNN's dP workspace)
+    g.matmul(ds, k, dq);
+  } else {
+    // dQ accumulated in f32 with atomics (cuDNN's default on Hopper: no (T, T) workspace)
+    const Desc& dq_accum =
+        g.real_f32(kDQAccum, Shape4{{d.B, d.NH, d.T, d.HS},
+                                    {d.NH * d.T * d.HS, d.T * d.HS, d.HS, 1}});
+    g.matmul(ds, k, dq_accum);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq);
+  }
+}
+
+struct Plan {
+  std::vector<std::unique_ptr<Desc>> descs;  // the graph's descriptors, alive as long as the plan
+  Desc graph;
+  Desc plan;
+  int64_t workspace = 0;
+  int64_t engine = -1;
+};
+
+bool nondeterministic(const Desc& engine) {
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t n = 0;
+  cudnn::check(cudnn::api()->BackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                                 CUDNN_TYPE_NUMERICAL_NOTE,
+                                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
+               "engine numerical notes");
+  for (int64_t i = 0; i < n; ++i) {
+    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
+  }
+  return false;
+}
+
+enum class Pass : int { kForward, kBackward, kBackwardAtomic };
+
+const char* pass_name(Pass p) {
+  return p == Pass::kForward ? "forward" : p == Pass::kBackward ? "backward" : "atomic backward";
+}
+
+// Builds the execution plan of the first engine cuDNN's heuristics rank for the graph (for the
+// deterministic backward: the first whose numerical notes do not say nondeterministic). Throws
+// cudnn::Error when none can run it.
+std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
+  cudnnHandle_t h = cudnn::handle();
+  Graph g(cudnn::data_type(dt));
+  if (pass == Pass::kForward) {
+    build_forward(g, d);
+  } else {
+    build_backward(g, d, pass == Pass::kBackward);
+  }
+  auto plan = std::make_unique<Plan>();
+  plan->graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  plan->graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+      .set_descs(CUDNN_ATTR_OPERATIONGRAPH_OPS, g.ops())
+      .finalize("operation graph");
+  std::string why = "no engine";
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, plan->graph)
+        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    try {
+      heur.finalize("engine heuristics");
+    } catch (const cudnn::Error& e) {
+      why = e.what();
+      continue;
+    }
+    int64_t count = 0;
+    cudnn::check(cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                                   nullptr),
+                 "engine heuristics result count");
+    std::vector<Desc> cfgs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int64_t i = 0; i < count; ++i) {
+      cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      raw.push_back(cfgs.back().get());
+    }
+    int64_t got = 0;
+    cudnn::check(cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                                   raw.data()),
+                 "engine heuristics results");
+    for (int64_t i = 0; i < got; ++i) {
+      try {
+        Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        cudnnBackendDescriptor_t e = engine.get();
+        int64_t n = 0;
+        cudnn::check(cudnn::api()->BackendGetAttribute(cfgs[i].get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e),
+                     "engine of a configuration");
+        if (pass == Pass::kBackward && nondeterministic(engine)) {
+          why = "only nondeterministic engines";
+          continue;
+        }
+        int64_t index = -1;
+        (void)cudnn::api()->BackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
+                                                CUDNN_TYPE_INT64, 1, &n, &index);
+        Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        cudnnBackendDescriptor_t c = cfgs[i].get();
+        p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+            .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
+            .finalize("execution plan");
+        int64_t ws = 0;
+        cudnn::check(cudnn::api()->BackendGetAttribute(p.get(),
+                                                       CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                                       CUDNN_TYPE_INT64, 1, &n, &ws),
+                     "plan workspace size");
+        plan->plan = std::move(p);
+        plan->workspace = ws;
+        plan->engine = index;
+        plan->descs = g.take();
+        return plan;
+      } catch (const cudnn::Error& e) {
+        why = e.what();
+      }
+    }
+  }
+  throw cudnn::Error(why);
+}
+
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int>;
+
+// The plan for a shape on the current device, or nullptr when cuDNN cannot run it (said once).
+Plan* plan_for(Pass pass, const Dims& d, DType dt) {
+  int dev = 0;
+  ZT_CUDA_CHECK(cudaGetDevice(&dev));
+  thread_local std::map<Key, std::unique_ptr<Plan>> plans;
+  const Key key{static_cast<int>(pass), static_cast<int>(dt), d.B, d.NH, d.T, d.HS, dev};
+  auto it = plans.find(key);
+  if (it != plans.end()) return it->second.get();
+  std::unique_ptr<Plan> p;
+  try {
+    p = make_plan(pass, d, dt);
+    ZT_LOG_DEBUG("cuDNN attention {}: B {} heads {} T {} head size {}: engine {}, workspace {} B",
+                 pass_name(pass), d.B, d.NH, d.T, d.HS, p->engine, p->workspace);
+  } catch (const cudnn::Error& e) {
+    ZT_LOG_INFO(
+        "cuDNN's fused attention cannot run the {} of B {} heads {} T {} head size {} ({}); "
+        "ZeroTrain's own attention kernels run it",
+        pass_name(pass), d.B, d.NH, d.T, d.HS, e.what());
+  }
+  Plan* raw = p.get();
+  plans.emplace(key, std::move(p));
+  return raw;
+}
+
+void execute(Plan& plan, const std::vector<std::pair<int64_t, void*>>& args, Device device,
+             const Stream& s) {
+  cudnnHandle_t h = cudnn::handle();
+  cudnn::check(cudnn::api()->SetStream(h, static_cast<cudaStream_t>(s.handle())),
+               "cudnnSetStream");
+  Tensor ws;
+  void* ws_ptr = nullptr;
+  if (plan.workspace > 0) {
+    ws = Tensor::empty({plan.workspace}, DType::u8, device, s);
+    ws_ptr = ws.data();
+  }
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  for (const auto& [uid, ptr] : args) {
+    if (ptr == nullptr) continue;  // a tensor this variant of the graph does not have
+    uids.push_back(uid);
+    ptrs.push_back(ptr);
+  }
+  Desc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
+         uids.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+           static_cast<int64_t>(ptrs.size()), ptrs.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr)
+      .finalize("variant pack");
+  cudnn::check(cudnn::api()->BackendExecute(h, plan.plan.get(), vp.get()), "cudnnBackendExecute");
+}
+
+// Whether to try cuDNN at all; throws (through ZT_ASSERT) when it is required and missing.
+bool try_cudnn() {
+  const AttentionBackend b = attention_backend();
+  if (b == AttentionBackend::kOwn) return false;
+  if (cudnn::api() == nullptr) {
+    ZT_ASSERT(b != AttentionBackend::kCudnn,
+              "ZT_ATTENTION_BACKEND=cudnn, but cuDNN cannot be loaded: {}", cudnn::load_error());
+    static const bool said = (ZT_LOG_INFO("cuDNN is not available ({}); attention runs on "
+                                          "ZeroTrain's own kernels",
+                                          cudnn::load_error()),
+                              true);
+    (void)said;
+    return false;
+  }
+  return true;
+}
+
+Plan* required(Plan* p, const char* what) {
+  ZT_ASSERT(p != nullptr || attention_backend() != AttentionBackend::kCudnn,
+            "ZT_ATTENTION_BACKEND=cudnn, but cuDNN cannot run this attention {} (see the log "
+            "line above)",
+            what);
+  return p;
+}
+
+}  // namespace
+
+bool cudnn_loaded() {
+  return cudnn::api() != nullptr;
+}
+
+bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t B, int64_t NH,
+                             int64_t T, int64_t HS, const Stream& s) {
+  if (!try_cudnn()) return false;
+  const Dims d{B, NH, T, HS};
+  Plan* p = required(plan_for(Pass::kForward, d, qkv.dtype()), "forward");
+  if (p == nullptr) return false;
+  float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float neg_inf = -std::numeric_limits<float>::infinity();
+  auto* base = static_cast<char*>(qkv.data());
+  const int64_t esz = dtype_size(qkv.dtype());
+  execute(*p,
+          {{kQ, base},
+           {kK, base + d.C() * esz},
+           {kV, base + 2 * d.C() * esz},
+           {kO, out.data()},
+           {kStats, lse.data()},
+           {kScale, &scale},
+           {kNegInf, &neg_inf}},
+          qkv.device(), s);
+  return true;
+}
+
+bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, int64_t B, int64_t NH,
+                              int64_t T, int64_t HS, const Stream& s) {
+  if (!try_cudnn()) return false;
+  const Dims d{B, NH, T, HS};
+  const bool deterministic = attention_deterministic();
+  Plan* p = required(plan_for(deterministic ? Pass::kBackward : Pass::kBackwardAtomic, d,
+                              qkv.dtype()),
+                     "backward");
+  if (p == nullptr) return false;
+  // The deterministic backward keeps dP, (B, heads, T, T) 16-bit values, in its workspace: past
+  // the limit, ZeroTrain's own (deterministic, workspace-free) kernels run it, unless cuDNN was
+  // required.
+  if (deterministic && attention_backend() == AttentionBackend::kAuto &&
+      p->workspace > attention_workspace_limit()) {
+    thread_local std::map<std::tuple<int64_t, int64_t, int64_t>, bool> said;
+    if (!said[{B * NH, T, HS}]) {
+      said[{B * NH, T, HS}] = true;
+      ZT_LOG_INFO(
+          "cuDNN's deterministic attention backward would need {} MiB of workspace for B {} "
+          "heads {} T {} (above ZT_ATTENTION_WORKSPACE_MB={}); ZeroTrain's own kernels run it "
+          "(ZT_ATTENTION_DETERMINISTIC=0 runs cuDNN's atomic backward without the workspace)",
+          p->workspace >> 20, B, NH, T, attention_workspace_limit() >> 20);
+    }
+    return false;
+  }
+  Tensor dq_accum;
+  if (!deterministic) {
+    dq_accum = Tensor::empty({B, NH, T, HS}, DType::f32, qkv.device(), s);
+    // cuDNN zeroes its accumulator itself from 9.6 on.
+    if (cudnn::api()->GetVersion() < 90600) {
+      ZT_CUDA_CHECK(cudaMemsetAsync(dq_accum.data(), 0, dq_accum.nbytes(),
+                                    static_cast<cudaStream_t>(s.handle())));
+    }
+  }
+  float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+  float neg_inf = -std::numeric_limits<float>::infinity();
+  float one = 1.0f;
+  Tensor softmax_sum = Tensor::empty({B, NH, T}, DType::f32, qkv.device(), s);
+  auto* base = static_cast<char*>(qkv.data());
+  auto* dbase = static_cast<char*>(dqkv.data());
+  const int64_t esz = dtype_size(qkv.dtype());
+  execute(*p,
+          {{kQ, base},
+           {kK, base + d.C() * esz},
+           {kV, base + 2 * d.C() * esz},
+           {kO, out.data()},
+           {kStats, lse.data()},
+           {kDO, dout.data()},
+           {kDQ, dbase},
+           {kDK, dbase + d.C() * esz},
+           {kDV, dbase + 2 * d.C() * esz},
+           {kScale, &scale},
+           {kNegInf, &neg_inf},
+           {kOne, &one},
+           {kSoftmaxSum, softmax_sum.data()},
+           {kDQAccum, deterministic ? nullptr : dq_accum.data()}},
+          qkv.device(), s);
+  return true;
+}
+
+}  // namespace zt::kernels::cuda
