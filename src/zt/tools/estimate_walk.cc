@@ -9,9 +9,9 @@
 //   Attention, Mlp, Linear (LoRA), Norm      nn/layers/*.cc
 //   ZeroState's hooks, buckets, gathers      zero/zero_state.cc, zero/zero_reduce.cc
 // Kernels' own scratch comes from kernels/cuda/attention.cu (the unfused path's f32 scores) and
-// flash_attention.cu (dvec); the CPU kernels allocate none. When those files change what they
-// allocate, this walk must follow; tests/unit/tools/estimate_test.cc compares it with measured
-// peaks.
+// flash_attention.cu / cudnn_attention.cc (flash_backward_scratch); the CPU kernels allocate
+// none. When those files change what they allocate, this walk must follow;
+// tests/unit/tools/estimate_test.cc compares it with measured peaks.
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -35,6 +35,8 @@ zero::ZeroOptions estimate_zero_options(const DeepSpeedConfig& config, EstimateD
 }
 
 namespace {
+
+int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t T, int64_t HS);
 
 using estimate_detail::Kind;
 using estimate_detail::Timeline;
@@ -138,7 +140,7 @@ class Walk {
     linear_backward({s_.A, s_.C, &out_l.adapters()});
     int dqkv = m_.alloc(s_.N * 3 * s_.A * s_.d, Kind::kTemporary);
     if (s_.flash) {
-      m_.touch(s_.B * s_.NH * s_.T * 4);  // dvec
+      m_.touch(flash_backward_scratch(s_.B, s_.NH, s_.T, s_.A / s_.NH));
     } else if (s_.cuda) {
       std::vector<int> t = {m_.alloc(s_.N * s_.A * s_.d, Kind::kTemporary),      // dyr
                             m_.alloc(3 * s_.N * s_.A * s_.d, Kind::kTemporary),  // dqkvr
@@ -338,6 +340,27 @@ class Walk {
   Timeline& m_;
   const Dims& s_;
 };
+
+// The fused attention backward's scratch, freed before it returns: the own kernels' dvec, or
+// cuDNN's row sums (the same B NH T f32) with, for the deterministic backward, cuDNN's dP
+// workspace (2 bytes per score, its rows padded to 64 and columns to 128 as cuDNN 9.19 sizes it,
+// used while within ZT_ATTENTION_WORKSPACE_MB) or, for the atomic one, the f32 dQ accumulator.
+// cuDNN runs where it is installed here (where `zt estimate` runs is where it answers for).
+int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t T, int64_t HS) {
+  const int64_t rows = B * NH * T * 4;
+  if (!kernels::cudnn_available() ||
+      kernels::attention_backend() == kernels::AttentionBackend::kOwn) {
+    return rows;
+  }
+  if (!kernels::attention_deterministic()) return rows + B * NH * T * HS * 4;
+  auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  const int64_t ws = B * NH * up(T, 64) * up(T, 128) * 2 + 256;
+  if (ws > kernels::attention_workspace_limit() &&
+      kernels::attention_backend() == kernels::AttentionBackend::kAuto) {
+    return rows;  // the own kernels run it
+  }
+  return rows + ws;
+}
 
 // The fused attention runs where nn::want_flash says it would on a GPU (a CPU-only build of zt
 // estimate must still answer for a GPU, so the rule is restated: CUDA, 16-bit, head size 64 or
