@@ -1,4 +1,5 @@
-// Tests of the CPU reference of fused causal attention (kernels/cpu/flash_attention.cc) against
+// Tests of the CPU reference of fused attention, causal and bidirectional
+// (kernels/cpu/flash_attention.cc), against
 // the unfused reference (kernels/cpu/attention.cc, itself checked against finite differences in
 // attention_test.cc): the same out and dqkv in f64, and lse equal to the log of the softmax
 // normaliser computed here from the unfused probabilities and scores. Also against central finite
@@ -20,7 +21,8 @@ using testing::random_tensor;
 using testing::random_weights;
 using testing::weighted_sum;
 
-void check_against_unfused(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed) {
+void check_against_unfused(int64_t B, int64_t T, int NH, int64_t HS, uint64_t seed,
+                           kernels::AttnKind kind = kernels::AttnKind::kCausal) {
   const int64_t C = NH * HS;
   Tensor qkv = random_tensor({B, T, 3 * C}, DType::f64, seed, -2.0, 2.0);
   Tensor dout = random_tensor({B, T, C}, DType::f64, seed + 1);
@@ -29,14 +31,14 @@ void check_against_unfused(int64_t B, int64_t T, int NH, int64_t HS, uint64_t se
   Tensor qkvr = Tensor::empty({3, B, NH, T, HS}, DType::f64);
   Tensor att = Tensor::empty({B, NH, T, T}, DType::f64);
   Tensor dqkv_ref = Tensor::empty({B, T, 3 * C}, DType::f64);
-  kernels::attention_forward(out_ref, qkvr, att, qkv, NH, kernels::AttnKind::kCausal, nullptr);
-  kernels::attention_backward(dqkv_ref, dout, qkvr, att, NH, kernels::AttnKind::kCausal);
+  kernels::attention_forward(out_ref, qkvr, att, qkv, NH, kind, nullptr);
+  kernels::attention_backward(dqkv_ref, dout, qkvr, att, NH, kind);
 
   Tensor out = Tensor::empty({B, T, C}, DType::f64);
   Tensor lse = Tensor::empty({B, NH, T}, DType::f32);
   Tensor dqkv = random_tensor({B, T, 3 * C}, DType::f64, seed + 2);  // must be overwritten
-  kernels::flash_attention_forward(out, lse, qkv, NH);
-  kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, NH);
+  kernels::flash_attention_forward(out, lse, qkv, NH, kind);
+  kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, NH, kind);
   expect_close(out.to_doubles(), out_ref.to_doubles(), 1e-12, 1e-10, "out");
   expect_close(dqkv.to_doubles(), dqkv_ref.to_doubles(), 1e-6, 1e-5, "dqkv (lse is stored in f32)");
 
@@ -65,14 +67,20 @@ TEST(FlashAttentionCpu, MatchesUnfusedReference) {
   check_against_unfused(2, 33, 2, 8, 13);
 }
 
-TEST(FlashAttentionCpu, BackwardMatchesFiniteDifferences) {
+TEST(FlashAttentionCpu, BidirectionalMatchesUnfusedReference) {
+  check_against_unfused(2, 7, 2, 4, 14, kernels::AttnKind::kBidirectional);
+  check_against_unfused(1, 1, 3, 5, 15, kernels::AttnKind::kBidirectional);
+  check_against_unfused(2, 33, 2, 8, 16, kernels::AttnKind::kBidirectional);
+}
+
+void check_finite_differences(kernels::AttnKind kind) {
   constexpr int64_t B = 1, T = 6, NH = 2, HS = 3, C = NH * HS;
   Tensor qkv = random_tensor({B, T, 3 * C}, DType::f64, 21);
   const std::vector<double> w = random_weights(B * T * C, 22);
   Tensor out = Tensor::empty({B, T, C}, DType::f64);
   Tensor lse = Tensor::empty({B, NH, T}, DType::f32);
   auto loss = [&] {
-    kernels::flash_attention_forward(out, lse, qkv, NH);
+    kernels::flash_attention_forward(out, lse, qkv, NH, kind);
     return weighted_sum(out, w);
   };
   const std::vector<double> fd = finite_difference(qkv, loss);
@@ -80,8 +88,16 @@ TEST(FlashAttentionCpu, BackwardMatchesFiniteDifferences) {
   // lse in f32 enters backward's recomputed probabilities: tolerance of f32 relative rounding.
   Tensor dout = Tensor::from_doubles(w, {B, T, C}, DType::f64);
   Tensor dqkv = Tensor::empty({B, T, 3 * C}, DType::f64);
-  kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, NH);
+  kernels::flash_attention_backward(dqkv, dout, qkv, out, lse, NH, kind);
   expect_close(dqkv.to_doubles(), fd, 1e-6, 1e-5, "dqkv vs finite differences");
+}
+
+TEST(FlashAttentionCpu, BackwardMatchesFiniteDifferences) {
+  check_finite_differences(kernels::AttnKind::kCausal);
+}
+
+TEST(FlashAttentionCpu, BidirectionalBackwardMatchesFiniteDifferences) {
+  check_finite_differences(kernels::AttnKind::kBidirectional);
 }
 
 TEST(FlashAttentionCpu, SupportedShapes) {

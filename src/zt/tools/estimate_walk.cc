@@ -364,7 +364,8 @@ int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t T, int64_t HS) {
 
 // The fused attention runs where nn::want_flash says it would on a GPU (a CPU-only build of zt
 // estimate must still answer for a GPU, so the rule is restated: CUDA, 16-bit, head size 64 or
-// 128, causal without a padding mask, ZT_FLASH_ATTENTION not 0).
+// 128, no padding mask, ZT_FLASH_ATTENTION not 0). BERT's tasks (masked LM, classification)
+// always pass a padding mask, so BERT is estimated on the unfused path.
 bool flash_expected(const nn::TransformerConfig& c, DType compute, bool cuda) {
   const char* v = std::getenv("ZT_FLASH_ATTENTION");
   const bool enabled = v == nullptr || std::string_view(v) != "0";

@@ -1,6 +1,7 @@
-// CPU reference of the fused causal attention (contract in kernels/ops.h): the same math as
+// CPU reference of the fused attention (contract in kernels/op_table.inc): the same math as
 // attention_forward/backward, but with the state the fused kernels keep, lse per row, instead of
-// the probabilities. Forward per row t: s_u = q_t . k_u / sqrt(HS) (u <= t), lse_t = log sum exp s,
+// the probabilities. Forward per row t: s_u = q_t . k_u / sqrt(HS) (u <= t when causal, every
+// u < T when bidirectional), lse_t = log sum exp s,
 // out_t = sum_u exp(s_u - lse_t) v_u. Backward recomputes p_u = exp(s_u - lse_t) and, with
 // D_t = dout_t . out_t (= sum_u p_u dout_t . v_u), ds_u = p_u (dout_t . v_u - D_t):
 // dq_t = scale sum_u ds_u k_u, dk_u += scale ds_u q_t, dv_u += p_u dout_t. Accumulates in double so
@@ -17,16 +18,19 @@ namespace {
 
 struct FlashDims {
   int64_t B, T, C, NH, HS;
+  bool causal;
+  // One past the last key row t attends to.
+  int64_t keys(int64_t t) const { return causal ? t + 1 : T; }
 };
 
-FlashDims flash_dims(const Tensor& qkv, int num_heads, const char* op) {
+FlashDims flash_dims(const Tensor& qkv, int num_heads, AttnKind kind, const char* op) {
   ZT_ASSERT(qkv.device().is_cpu(), "{} (cpu): qkv must be on the CPU", op);
   ZT_ASSERT(qkv.ndim() == 3 && qkv.size(2) % 3 == 0, "{}: qkv {} is not (B,T,3C)", op,
             qkv.shape().str());
   const int64_t C = qkv.size(2) / 3;
   ZT_ASSERT(num_heads > 0 && C % num_heads == 0, "{}: C = {} is not divisible by {} heads", op, C,
             num_heads);
-  return {qkv.size(0), qkv.size(1), C, num_heads, C / num_heads};
+  return {qkv.size(0), qkv.size(1), C, num_heads, C / num_heads, kind == AttnKind::kCausal};
 }
 
 void check_like(const Tensor& t, DType dt, int64_t numel, const char* op, const char* name) {
@@ -48,17 +52,17 @@ void forward_impl(T* out, float* lse, const T* qkv, const FlashDims& d) {
     std::vector<double> s(static_cast<size_t>(d.T)), o(static_cast<size_t>(d.HS));
     for (int64_t t = 0; t < d.T; ++t) {
       double m = -std::numeric_limits<double>::infinity();
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < d.keys(t); ++u) {
         double dot = 0;
         for (int64_t i = 0; i < d.HS; ++i) dot += double(q[t * row3 + i]) * double(k[u * row3 + i]);
         s[u] = dot * scale;
         m = std::max(m, s[u]);
       }
       double sum = 0;
-      for (int64_t u = 0; u <= t; ++u) sum += std::exp(s[u] - m);
+      for (int64_t u = 0; u < d.keys(t); ++u) sum += std::exp(s[u] - m);
       const double l = m + std::log(sum);
       std::fill(o.begin(), o.end(), 0.0);
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < d.keys(t); ++u) {
         const double p = std::exp(s[u] - l);
         for (int64_t i = 0; i < d.HS; ++i) o[i] += p * double(v[u * row3 + i]);
       }
@@ -88,7 +92,7 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
       double D = 0;
       for (int64_t i = 0; i < d.HS; ++i) D += double(g[i]) * double(o[i]);
       const double l = lse[bh * d.T + t];
-      for (int64_t u = 0; u <= t; ++u) {
+      for (int64_t u = 0; u < d.keys(t); ++u) {
         double s = 0, dp = 0;
         for (int64_t i = 0; i < d.HS; ++i) {
           s += double(q[t * row3 + i]) * double(k[u * row3 + i]);
@@ -117,9 +121,9 @@ void backward_impl(T* dqkv, const T* dout, const T* qkv, const T* out, const flo
 }  // namespace
 
 void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int num_heads,
-                             const Stream& /*s*/) {
+                             AttnKind kind, const Stream& /*s*/) {
   const char* op = "flash_attention_forward";
-  const FlashDims d = flash_dims(qkv, num_heads, op);
+  const FlashDims d = flash_dims(qkv, num_heads, kind, op);
   const DType dt = qkv.dtype();
   check_like(out, dt, d.B * d.T * d.C, op, "out");
   check_like(lse, DType::f32, d.B * d.NH * d.T, op, "lse");
@@ -133,10 +137,10 @@ void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int nu
 }
 
 void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                              const Tensor& out, const Tensor& lse, int num_heads,
+                              const Tensor& out, const Tensor& lse, int num_heads, AttnKind kind,
                               const Stream& /*s*/) {
   const char* op = "flash_attention_backward";
-  const FlashDims d = flash_dims(qkv, num_heads, op);
+  const FlashDims d = flash_dims(qkv, num_heads, kind, op);
   const DType dt = qkv.dtype();
   check_like(dqkv, dt, d.B * d.T * 3 * d.C, op, "dqkv");
   check_like(dout, dt, d.B * d.T * d.C, op, "dout");

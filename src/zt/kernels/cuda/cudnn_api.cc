@@ -118,8 +118,11 @@ Desc::~Desc() {
 
 Desc& Desc::set(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
                 const void* values) {
-  check(api()->BackendSetAttribute(d_, name, type, count, values),
-        fmt::format("cudnnBackendSetAttribute({})", static_cast<int>(name)).c_str());
+  const cudnnStatus_t st = api()->BackendSetAttribute(d_, name, type, count, values);
+  // (the attribute's number is formatted only on failure: variant packs are set on every call)
+  if (st != CUDNN_STATUS_SUCCESS) {
+    check(st, fmt::format("cudnnBackendSetAttribute({})", static_cast<int>(name)).c_str());
+  }
   return *this;
 }
 

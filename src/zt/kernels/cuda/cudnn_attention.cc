@@ -1,12 +1,12 @@
-// Causal attention through cuDNN's fused flash-attention engines (the kernels PyTorch's cuDNN
-// SDPA backend runs), built with cuDNN's graph (backend) API. The operation graphs below are the
-// ones cuDNN's fused engines recognise: scores = Q K^T * scale, the causal mask as a generated
-// row/column index comparison and a select of -inf, the softmax with its statistics
-// (max + log sum exp, the same lse ZeroTrain's own kernels keep, so either backward can follow
-// either forward), and P V. The backward is the "dP workspace" form, in which dQ is written by one
-// matmul rather than accumulated with atomics: cuDNN's deterministic algorithm, and engines whose
-// numerical notes say "nondeterministic" are skipped. Q, K, V, O and their gradients are read and
-// written in place in ZeroTrain's packed layouts (qkv (B,T,3C), out (B,T,C)) through strides.
+// Attention, causal or bidirectional, through cuDNN's fused flash-attention engines (the kernels
+// PyTorch's cuDNN SDPA backend runs), built with cuDNN's graph (backend) API. The operation graphs
+// below are the ones cuDNN's fused engines recognise: scores = Q K^T * scale, the causal mask (when
+// causal) as a generated row/column index comparison and a select of -inf, the softmax with its
+// statistics (max + log sum exp, the same lse ZeroTrain's own kernels keep, so either backward can
+// follow either forward), and P V. The backward is the "dP workspace" form, in which dQ is written
+// by one matmul rather than accumulated with atomics: cuDNN's deterministic algorithm, and engines
+// whose numerical notes say "nondeterministic" are skipped. Q, K, V, O and their gradients are read
+// and written in place in ZeroTrain's packed layouts (qkv (B,T,3C), out (B,T,C)) through strides.
 //
 // Plans are built once per shape (cuDNN may compile its kernel at run time: the first step pays
 // that) and cached per thread and device; a shape cuDNN declines is remembered, and the caller
@@ -139,8 +139,9 @@ class Graph {
     ops_.push_back(&keep(std::move(op)));
   }
 
-  // The causal mask on scores s: keep s where row >= column, else -inf.
-  const Desc& causal(const Desc& s, const Shape4& sh, const Desc& neg_inf) {
+  // The causal mask on scores s: keep s where row >= column, else -inf (the scalar kNegInf).
+  const Desc& causal(const Desc& s, const Shape4& sh) {
+    const Desc& neg_inf = scalar(kNegInf);
     const Desc& row = virt(sh, CUDNN_DATA_INT32);
     pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, nullptr, row, CUDNN_DATA_FLOAT, 2);
     const Desc& col = virt(sh, CUDNN_DATA_INT32);
@@ -170,7 +171,9 @@ class Graph {
 
 struct Dims {
   int64_t B, NH, T, HS;
+  bool causal;
   int64_t C() const { return NH * HS; }
+  const char* kind() const { return causal ? "causal" : "bidirectional"; }
   // q, k or v of (B,T,3C) seen as (B, NH, T, HS).
   Shape4 packed_bhsd() const { return {{B, NH, T, HS}, {T * 3 * C(), HS, 3 * C(), 1}}; }
   // k or v of (B,T,3C) seen as (B, NH, HS, T): the transposed operand.
@@ -189,14 +192,13 @@ void build_forward(Graph& g, const Dims& d) {
   const Desc& o = g.real(kO, d.out_bhsd());
   const Desc& stats = g.real_f32(kStats, d.rows());
   const Desc& scale = g.scalar(kScale);
-  const Desc& neg_inf = g.scalar(kNegInf);
   const Shape4 ss = d.scores(), rs = d.rows();
 
   const Desc& s = g.virt(ss);
   g.matmul(q, kt, s);
   const Desc& s_scaled = g.virt(ss);
   g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, nullptr, s_scaled);
-  const Desc& s_masked = g.causal(s_scaled, ss, neg_inf);
+  const Desc& s_masked = d.causal ? g.causal(s_scaled, ss) : s_scaled;
   // softmax, keeping max + log(sum) as the statistics
   const Desc& m = g.virt(rs);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, s_masked, m);
@@ -225,14 +227,13 @@ void build_backward(Graph& g, const Dims& d, bool deterministic) {
   const Desc& dk = g.real(kDK, d.packed_bhsd());
   const Desc& dv = g.real(kDV, d.packed_bhsd());
   const Desc& scale = g.scalar(kScale);
-  const Desc& neg_inf = g.scalar(kNegInf);
   const Desc& one = g.scalar(kOne);
   const Desc& softmax_sum = g.real_f32(kSoftmaxSum, d.rows());
   const Shape4 ss = d.scores(), rs = d.rows();
 
   // softmax_sum = rowsum(dO * O)
-  const Desc& dout_o = g.virt(Shape4{{d.B, d.NH, d.T, d.HS},
-                                     {d.NH * d.T * d.HS, d.T * d.HS, d.NH * d.HS, 1}});
+  const Desc& dout_o =
+      g.virt(Shape4{{d.B, d.NH, d.T, d.HS}, {d.NH * d.T * d.HS, d.T * d.HS, d.NH * d.HS, 1}});
   g.pointwise(CUDNN_POINTWISE_MUL, dout, &o, nullptr, dout_o);
   const Desc& rowsum = g.virt(rs);
   g.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_o, rowsum);
@@ -244,7 +245,7 @@ void build_backward(Graph& g, const Dims& d, bool deterministic) {
   g.pointwise(CUDNN_POINTWISE_MUL, s, &scale, nullptr, s_scaled);
   const Desc& s_centred = g.virt(ss);
   g.pointwise(CUDNN_POINTWISE_SUB, s_scaled, &stats, nullptr, s_centred);
-  const Desc& s_masked = g.causal(s_centred, ss, neg_inf);
+  const Desc& s_masked = d.causal ? g.causal(s_centred, ss) : s_centred;
   const Desc& p = g.virt(ss);
   g.pointwise(CUDNN_POINTWISE_EXP, s_masked, nullptr, nullptr, p);
   // dV = P^T dO
@@ -271,9 +272,8 @@ void build_backward(Graph& g, const Dims& d, bool deterministic) {
     g.matmul(ds, k, dq);
   } else {
     // dQ accumulated in f32 with atomics (cuDNN's default on Hopper: no (T, T) workspace)
-    const Desc& dq_accum =
-        g.real_f32(kDQAccum, Shape4{{d.B, d.NH, d.T, d.HS},
-                                    {d.NH * d.T * d.HS, d.T * d.HS, d.HS, 1}});
+    const Desc& dq_accum = g.real_f32(
+        kDQAccum, Shape4{{d.B, d.NH, d.T, d.HS}, {d.NH * d.T * d.HS, d.T * d.HS, d.HS, 1}});
     g.matmul(ds, k, dq_accum);
     g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, nullptr, dq);
   }
@@ -334,10 +334,10 @@ std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
       continue;
     }
     int64_t count = 0;
-    cudnn::check(cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                                   nullptr),
-                 "engine heuristics result count");
+    cudnn::check(
+        cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+        "engine heuristics result count");
     std::vector<Desc> cfgs;
     std::vector<cudnnBackendDescriptor_t> raw;
     for (int64_t i = 0; i < count; ++i) {
@@ -345,10 +345,10 @@ std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
       raw.push_back(cfgs.back().get());
     }
     int64_t got = 0;
-    cudnn::check(cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                                                   raw.data()),
-                 "engine heuristics results");
+    cudnn::check(
+        cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
+        "engine heuristics results");
     for (int64_t i = 0; i < got; ++i) {
       try {
         Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
@@ -362,18 +362,18 @@ std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
           continue;
         }
         int64_t index = -1;
-        (void)cudnn::api()->BackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-                                                CUDNN_TYPE_INT64, 1, &n, &index);
+        (void)cudnn::api()->BackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64,
+                                                1, &n, &index);
         Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
         cudnnBackendDescriptor_t c = cfgs[i].get();
         p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
             .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
             .finalize("execution plan");
         int64_t ws = 0;
-        cudnn::check(cudnn::api()->BackendGetAttribute(p.get(),
-                                                       CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                                       CUDNN_TYPE_INT64, 1, &n, &ws),
-                     "plan workspace size");
+        cudnn::check(
+            cudnn::api()->BackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                              CUDNN_TYPE_INT64, 1, &n, &ws),
+            "plan workspace size");
         plan->plan = std::move(p);
         plan->workspace = ws;
         plan->engine = index;
@@ -387,26 +387,28 @@ std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
   throw cudnn::Error(why);
 }
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, bool, int>;
 
 // The plan for a shape on the current device, or nullptr when cuDNN cannot run it (said once).
 Plan* plan_for(Pass pass, const Dims& d, DType dt) {
   int dev = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&dev));
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key{static_cast<int>(pass), static_cast<int>(dt), d.B, d.NH, d.T, d.HS, dev};
+  const Key key{static_cast<int>(pass), static_cast<int>(dt), d.B, d.NH, d.T, d.HS, d.causal, dev};
   auto it = plans.find(key);
   if (it != plans.end()) return it->second.get();
   std::unique_ptr<Plan> p;
   try {
     p = make_plan(pass, d, dt);
-    ZT_LOG_DEBUG("cuDNN attention {}: B {} heads {} T {} head size {}: engine {}, workspace {} B",
-                 pass_name(pass), d.B, d.NH, d.T, d.HS, p->engine, p->workspace);
+    ZT_LOG_DEBUG(
+        "cuDNN attention {} ({}): B {} heads {} T {} head size {}: engine {}, "
+        "workspace {} B",
+        pass_name(pass), d.kind(), d.B, d.NH, d.T, d.HS, p->engine, p->workspace);
   } catch (const cudnn::Error& e) {
     ZT_LOG_INFO(
-        "cuDNN's fused attention cannot run the {} of B {} heads {} T {} head size {} ({}); "
+        "cuDNN's fused attention cannot run the {} ({}) of B {} heads {} T {} head size {} ({}); "
         "ZeroTrain's own attention kernels run it",
-        pass_name(pass), d.B, d.NH, d.T, d.HS, e.what());
+        pass_name(pass), d.kind(), d.B, d.NH, d.T, d.HS, e.what());
   }
   Plan* raw = p.get();
   plans.emplace(key, std::move(p));
@@ -416,8 +418,7 @@ Plan* plan_for(Pass pass, const Dims& d, DType dt) {
 void execute(Plan& plan, const std::vector<std::pair<int64_t, void*>>& args, Device device,
              const Stream& s) {
   cudnnHandle_t h = cudnn::handle();
-  cudnn::check(cudnn::api()->SetStream(h, static_cast<cudaStream_t>(s.handle())),
-               "cudnnSetStream");
+  cudnn::check(cudnn::api()->SetStream(h, static_cast<cudaStream_t>(s.handle())), "cudnnSetStream");
   Tensor ws;
   void* ws_ptr = nullptr;
   if (plan.workspace > 0) {
@@ -466,6 +467,28 @@ Plan* required(Plan* p, const char* what) {
   return p;
 }
 
+// q, k and v inside a packed (B,T,3C) tensor (qkv or dqkv), and the graph's scalars: the values
+// the variant pack points at while the call runs.
+struct Operands {
+  Operands(const Tensor& packed, const Dims& d) : causal(d.causal) {
+    auto* base = static_cast<char*>(packed.data());
+    const int64_t c = d.C() * dtype_size(packed.dtype());
+    q = base;
+    k = base + c;
+    v = base + 2 * c;
+    scale = 1.0f / std::sqrt(static_cast<float>(d.HS));
+  }
+  // -inf for the causal mask; none (left out of the variant pack) when bidirectional.
+  void* neg_inf() { return causal ? &minus_inf : nullptr; }
+
+  void* q;
+  void* k;
+  void* v;
+  float scale;
+  bool causal;
+  float minus_inf = -std::numeric_limits<float>::infinity();
+};
+
 }  // namespace
 
 bool cudnn_loaded() {
@@ -473,36 +496,33 @@ bool cudnn_loaded() {
 }
 
 bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t B, int64_t NH,
-                             int64_t T, int64_t HS, const Stream& s) {
+                             int64_t T, int64_t HS, bool causal, const Stream& s) {
   if (!try_cudnn()) return false;
-  const Dims d{B, NH, T, HS};
+  const Dims d{B, NH, T, HS, causal};
   Plan* p = required(plan_for(Pass::kForward, d, qkv.dtype()), "forward");
   if (p == nullptr) return false;
-  float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float neg_inf = -std::numeric_limits<float>::infinity();
-  auto* base = static_cast<char*>(qkv.data());
-  const int64_t esz = dtype_size(qkv.dtype());
+  Operands x(qkv, d);
   execute(*p,
-          {{kQ, base},
-           {kK, base + d.C() * esz},
-           {kV, base + 2 * d.C() * esz},
+          {{kQ, x.q},
+           {kK, x.k},
+           {kV, x.v},
            {kO, out.data()},
            {kStats, lse.data()},
-           {kScale, &scale},
-           {kNegInf, &neg_inf}},
+           {kScale, &x.scale},
+           {kNegInf, x.neg_inf()}},
           qkv.device(), s);
   return true;
 }
 
 bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, int64_t B, int64_t NH,
-                              int64_t T, int64_t HS, const Stream& s) {
+                              int64_t T, int64_t HS, bool causal, const Stream& s) {
   if (!try_cudnn()) return false;
-  const Dims d{B, NH, T, HS};
+  const Dims d{B, NH, T, HS, causal};
   const bool deterministic = attention_deterministic();
-  Plan* p = required(plan_for(deterministic ? Pass::kBackward : Pass::kBackwardAtomic, d,
-                              qkv.dtype()),
-                     "backward");
+  Plan* p =
+      required(plan_for(deterministic ? Pass::kBackward : Pass::kBackwardAtomic, d, qkv.dtype()),
+               "backward");
   if (p == nullptr) return false;
   // The deterministic backward keeps dP, (B, heads, T, T) 16-bit values, in its workspace: past
   // the limit, ZeroTrain's own (deterministic, workspace-free) kernels run it, unless cuDNN was
@@ -529,25 +549,22 @@ bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
                                     static_cast<cudaStream_t>(s.handle())));
     }
   }
-  float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-  float neg_inf = -std::numeric_limits<float>::infinity();
   float one = 1.0f;
   Tensor softmax_sum = Tensor::empty({B, NH, T}, DType::f32, qkv.device(), s);
-  auto* base = static_cast<char*>(qkv.data());
-  auto* dbase = static_cast<char*>(dqkv.data());
-  const int64_t esz = dtype_size(qkv.dtype());
+  Operands x(qkv, d);
+  Operands dx(dqkv, d);
   execute(*p,
-          {{kQ, base},
-           {kK, base + d.C() * esz},
-           {kV, base + 2 * d.C() * esz},
+          {{kQ, x.q},
+           {kK, x.k},
+           {kV, x.v},
            {kO, out.data()},
            {kStats, lse.data()},
            {kDO, dout.data()},
-           {kDQ, dbase},
-           {kDK, dbase + d.C() * esz},
-           {kDV, dbase + 2 * d.C() * esz},
-           {kScale, &scale},
-           {kNegInf, &neg_inf},
+           {kDQ, dx.q},
+           {kDK, dx.k},
+           {kDV, dx.v},
+           {kScale, &x.scale},
+           {kNegInf, x.neg_inf()},
            {kOne, &one},
            {kSoftmaxSum, softmax_sum.data()},
            {kDQAccum, deterministic ? nullptr : dq_accum.data()}},

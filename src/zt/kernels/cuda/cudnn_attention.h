@@ -1,4 +1,4 @@
-// Causal attention on cuDNN's fused flash-attention engines (kernels/cuda/cudnn_attention.cc),
+// Attention (causal or bidirectional) on cuDNN's fused flash-attention engines (kernels/cuda/cudnn_attention.cc),
 // behind flash_attention_forward/backward: same layouts, same lse, so either backend's backward
 // follows either's forward. Each returns false, having done nothing, when cuDNN is not used for
 // the call (kernels::attention_backend() says kOwn, cuDNN is not installed, or it declines the
@@ -16,9 +16,9 @@ namespace zt::kernels::cuda {
 bool cudnn_loaded();
 
 bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t B, int64_t NH,
-                             int64_t T, int64_t HS, const Stream& s);
+                             int64_t T, int64_t HS, bool causal, const Stream& s);
 bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, int64_t B, int64_t NH,
-                              int64_t T, int64_t HS, const Stream& s);
+                              int64_t T, int64_t HS, bool causal, const Stream& s);
 
 }  // namespace zt::kernels::cuda

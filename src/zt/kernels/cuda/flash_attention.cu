@@ -1,18 +1,20 @@
-// Fused ("flash") causal attention on the tensor cores, forward and backward (contract in
-// kernels/ops.h), in the manner of FlashAttention-2: the (T, T) probabilities never reach device
-// memory. Reads q, k, v straight from qkv (B, T, 3C) and writes out (B, T, C) without permutes.
+// Fused ("flash") attention, causal or bidirectional, on the tensor cores, forward and backward
+// (contract in kernels/op_table.inc), in the manner of FlashAttention-2: the (T, T) probabilities
+// never reach device memory. Reads q, k, v straight from qkv (B, T, 3C) and writes out (B, T, C)
+// without permutes.
 //
 // Forward: a block takes 64 queries of one (batch, head), four warps of 16 rows; it streams the
-// 64-key tiles up to the diagonal through shared memory (cp.async, double-buffered), computes
-// S = q k^T with mma.sync m16n8k16 (16-bit inputs, f32 accumulators), keeps the running row max
-// and sum (online softmax, base 2) and accumulates P v in registers. It stores the normalised
-// output and lse = log sum exp(scaled scores) per row (f32), all that backward needs.
+// 64-key tiles up to the diagonal (causal) or to T through shared memory (cp.async,
+// double-buffered), computes S = q k^T with mma.sync m16n8k16 (16-bit inputs, f32 accumulators),
+// keeps the running row max and sum (online softmax, base 2) and accumulates P v in registers. It
+// stores the normalised output and lse = log sum exp(scaled scores) per row (f32), all that
+// backward needs.
 //
 // Backward recomputes P from q, k and lse. It runs as two kernels rather than one with atomics:
-// one per 64-key block accumulating dK and dV over the query tiles at or below the diagonal, one
-// per 64-query block accumulating dQ over the key tiles. That recomputes S and dP once more than a
-// fused kernel but needs no f32 dQ scratch and no atomics, so the result is deterministic. Both
-// read D = rowsum(dO * O), made by a small kernel first.
+// one per 64-key block accumulating dK and dV over the query tiles at or below the diagonal (all
+// of them when bidirectional), one per 64-query block accumulating dQ over the key tiles. That
+// recomputes S and dP once more than a fused kernel but needs no f32 dQ scratch and no atomics, so
+// the result is deterministic. Both read D = rowsum(dO * O), made by a small kernel first.
 //
 // Supported: bf16 and f16, head size 64 or 128 (flash_attention_supported); rows must be 16-byte
 // aligned, which holds for contiguous tensors from the caching allocator. Fragment layouts are
@@ -226,6 +228,13 @@ __device__ __forceinline__ float quad_sum(float v) {
 struct FlashParams {
   int64_t T, C, NH;
   float scale;  // 1 / sqrt(HS)
+  bool causal;  // else bidirectional
+  // The last key query row `row` attends to.
+  __device__ int64_t last_key(int64_t row) const { return causal ? row : T - 1; }
+  // How many 64-key tiles the query rows [q0, q0 + rows) read.
+  __device__ int64_t key_tiles(int64_t q0, int rows) const {
+    return causal ? (q0 + rows - 1) / 64 + 1 : (T + 63) / 64;
+  }
 };
 
 // ---- forward
@@ -253,7 +262,8 @@ __global__ void __launch_bounds__(kThreads)
   const T* gv = gq + 2 * p.C;
   const float scale_log2 = p.scale * kLog2e;
 
-  const int64_t n_kt = (q0 + kBlockRows - 1) / kBc + 1;  // key tiles up to the diagonal
+  static_assert(kBc == 64, "FlashParams::key_tiles counts 64-key tiles");
+  const int64_t n_kt = p.key_tiles(q0, kBlockRows);
   load_tile<T, D, kBlockRows>(sq, gq, ld, q0, p.T);
   load_tile<T, D, kBc>(sk, gk, ld, 0, p.T);
   load_tile<T, D, kBc>(sv, gv, ld, 0, p.T);
@@ -278,7 +288,8 @@ __global__ void __launch_bounds__(kThreads)
     mma_abt<T, D, kNT>(s, sq, warp * kRowsPerWarp, sk + buf * kBc * kStride);
 
     const int64_t k0 = j * kBc;
-    const bool diagonal = k0 + kBc > row_lo - lane / 4;  // some key of the tile may exceed a row
+    // whether some key of the tile may lie past a row's last key (the diagonal, or T)
+    const bool edge = k0 + kBc > (p.causal ? row_lo - lane / 4 : p.T);
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -287,7 +298,7 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t key = k0 + nt * 8 + (lane % 4) * 2 + (e % 2);
         const int64_t row = row_lo + (e / 2) * 8;
         float x = s[nt][e] * scale_log2;
-        if (diagonal && key > row) x = -INFINITY;
+        if (edge && key > p.last_key(row)) x = -INFINITY;
         s[nt][e] = x;
         mx[e / 2] = fmaxf(mx[e / 2], x);
       }
@@ -296,7 +307,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       mx[r] = quad_max(mx[r]);
-      corr[r] = exp2f(m[r] - mx[r]);  // 0 on the first tile (m = -inf), never NaN: key 0 <= row
+      // 0 on the first tile (m = -inf), never NaN: key 0 is every row's
+      corr[r] = exp2f(m[r] - mx[r]);
       m[r] = mx[r];
       l[r] *= corr[r];
     }
@@ -362,7 +374,8 @@ __global__ void flash_dvec_kernel(float* dvec, const T* dout, const T* out, int6
   }
 }
 
-// dK and dV for 64 keys of one (batch, head), over query tiles of kBq rows from the diagonal on.
+// dK and dV for 64 keys of one (batch, head), over query tiles of kBq rows from the diagonal on
+// (causal) or all of them.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kv_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse,
@@ -392,7 +405,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* gdvec = dvec + bh * p.T;
   const float scale_log2 = p.scale * kLog2e;
 
-  const int64_t first_qt = k0 / kBq;
+  const int64_t first_qt = p.causal ? k0 / kBq : 0;
   const int64_t n_qt = (p.T + kBq - 1) / kBq;
   auto load_rows = [&](int64_t qt, int buf) {
     load_tile<T, D, kBq>(sq + buf * kBq * kStride, gq, ld, qt * kBq, p.T);
@@ -425,7 +438,8 @@ __global__ void __launch_bounds__(kThreads)
     const float* tl = slse + buf * kBq;
     const float* td = sdvec + buf * kBq;
 
-    // P^T (keys x queries) = exp2(k q^T scale log2e - lse log2e), zero where key > query.
+    // P^T (keys x queries) = exp2(k q^T scale log2e - lse log2e), zero where key > query when
+    // causal. (Keys past T need no mask here: their dK and dV rows are never stored.)
     float pt[kNT][4] = {};
     mma_abt<T, D, kNT>(pt, sk, key_row0, q);
     float dpt[kNT][4] = {};
@@ -437,7 +451,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int qi = nt * 8 + (lane % 4) * 2 + (e % 2);
         const int64_t key = key_lo + (e / 2) * 8;
-        const float prob = key > qbase + qi ? 0.0f : exp2f(pt[nt][e] * scale_log2 - tl[qi]);
+        const float prob =
+            p.causal && key > qbase + qi ? 0.0f : exp2f(pt[nt][e] * scale_log2 - tl[qi]);
         pt[nt][e] = prob;
         dpt[nt][e] = prob * (dpt[nt][e] - td[qi]);  // dS^T, without the scale
       }
@@ -451,7 +466,7 @@ __global__ void __launch_bounds__(kThreads)
   store_rows<T, D>(gdk + p.C, ld, k0 + key_row0, p.T, dv, 1.0f);
 }
 
-// dQ for 64 queries of one (batch, head), over the key tiles up to the diagonal.
+// dQ for 64 queries of one (batch, head), over the key tiles up to the diagonal (causal) or T.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_q_kernel(T* dqkv, const T* qkv, const T* dout, const float* lse,
@@ -486,7 +501,8 @@ __global__ void __launch_bounds__(kThreads)
     row_d[r] = t < p.T ? dvec[bh * p.T + t] : 0.0f;
   }
 
-  const int64_t n_kt = (q0 + kBlockRows - 1) / kBk + 1;
+  static_assert(kBk == 64, "FlashParams::key_tiles counts 64-key tiles");
+  const int64_t n_kt = p.key_tiles(q0, kBlockRows);
   load_tile<T, D, kBlockRows>(sq, gq, ld, q0, p.T);
   load_tile<T, D, kBlockRows>(sdo, dout + b * p.T * p.C + h * D, p.C, q0, p.T);
   load_tile<T, D, kBk>(sk, gk, ld, 0, p.T);
@@ -517,7 +533,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int64_t key = kbase + nt * 8 + (lane % 4) * 2 + (e % 2);
         const int64_t row = row_lo + (e / 2) * 8;
-        const float prob = key > row ? 0.0f : exp2f(s[nt][e] * scale_log2 - row_lse[e / 2]);
+        const float prob =
+            key > p.last_key(row) ? 0.0f : exp2f(s[nt][e] * scale_log2 - row_lse[e / 2]);
         s[nt][e] = prob * (dp[nt][e] - row_d[e / 2]);  // dS, without the scale
       }
     }
@@ -583,7 +600,7 @@ void dispatch_flash(DType dt, int64_t hs, F&& f) {
 }  // namespace
 
 void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int num_heads,
-                             const Stream& s) {
+                             AttnKind kind, const Stream& s) {
   const char* op = "flash_attention_forward";
   const FlashShape a = flash_shape(qkv, num_heads, op);
   const DType dt = qkv.dtype();
@@ -595,8 +612,9 @@ void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int nu
   check_aligned(out, op, "out");
   if (a.B * a.T == 0) return;
   DeviceGuard guard(qkv.device());
-  if (cudnn_attention_forward(out, lse, qkv, a.B, a.NH, a.T, a.HS, s)) return;
-  const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS))};
+  const bool causal = kind == AttnKind::kCausal;
+  if (cudnn_attention_forward(out, lse, qkv, a.B, a.NH, a.T, a.HS, causal, s)) return;
+  const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS)), causal};
   const dim3 grid(static_cast<unsigned>(a.B * a.NH),
                   static_cast<unsigned>(ceil_div(a.T, kBlockRows)));
   dispatch_flash(dt, a.HS, [&]<typename T, int D>() {
@@ -610,7 +628,7 @@ void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int nu
 }
 
 void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                              const Tensor& out, const Tensor& lse, int num_heads,
+                              const Tensor& out, const Tensor& lse, int num_heads, AttnKind kind,
                               const Stream& s) {
   const char* op = "flash_attention_backward";
   const FlashShape a = flash_shape(qkv, num_heads, op);
@@ -629,9 +647,10 @@ void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
   if (a.B * a.T == 0) return;
   DeviceGuard guard(qkv.device());
   check_aligned(out, op, "out");
-  if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, a.B, a.NH, a.T, a.HS, s)) return;
+  const bool causal = kind == AttnKind::kCausal;
+  if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, a.B, a.NH, a.T, a.HS, causal, s)) return;
   const cudaStream_t stream = stream_of(s);
-  const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS))};
+  const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS)), causal};
   Tensor dvec = Tensor::empty({a.B, a.NH, a.T}, DType::f32, qkv.device(), s);
   const dim3 grid(static_cast<unsigned>(a.B * a.NH),
                   static_cast<unsigned>(ceil_div(a.T, kBlockRows)));

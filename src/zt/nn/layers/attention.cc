@@ -48,12 +48,11 @@ Tensor Attention::forward(Context& ctx, const Tensor& x) {
   }
   atty_ = Tensor::empty({B, T, A}, dt, ctx.device, s);
   const Tensor* mask = ctx.attention_mask;
-  flash_ = config_.kind == kernels::AttnKind::kCausal && mask == nullptr &&
-           want_flash(ctx.device, dt, HS);
+  flash_ = mask == nullptr && want_flash(ctx.device, dt, HS);
   if (flash_) {
     qkv_full_ = qkv;
     lse_ = Tensor::empty({B, NH, T}, DType::f32, ctx.device, s);
-    kernels::flash_attention_forward(atty_, lse_, qkv, NH, s);
+    kernels::flash_attention_forward(atty_, lse_, qkv, NH, config_.kind, s);
   } else {
     qkvr_ = Tensor::empty({3, B, NH, T, HS}, dt, ctx.device, s);
     att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
@@ -71,8 +70,8 @@ Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int
   ZT_ASSERT(config_.layer < static_cast<int>(cache.k.size()), "KV cache has {} layers, not {}",
             cache.k.size(), config_.layer + 1);
   ZT_ASSERT(B == cache.batch && cache.past_len + T <= cache.max_len,
-            "KV cache of batch {} and {} positions cannot take {} x {} more after {}",
-            cache.batch, cache.max_len, B, T, cache.past_len);
+            "KV cache of batch {} and {} positions cannot take {} x {} more after {}", cache.batch,
+            cache.max_len, B, T, cache.past_len);
   const int NH = config_.n_heads, KV = config_.n_kv_heads;
   const int64_t HS = config_.head_dim, A = NH * HS;
   const DType dt = ctx.compute_dtype;
@@ -102,7 +101,7 @@ void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tens
   out_.backward(ctx, dout, atty_, &datty);
   Tensor dqkv = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
   if (flash_) {
-    kernels::flash_attention_backward(dqkv, datty, qkv_full_, atty_, lse_, NH, s);
+    kernels::flash_attention_backward(dqkv, datty, qkv_full_, atty_, lse_, NH, config_.kind, s);
   } else {
     kernels::attention_backward(dqkv, datty, qkvr_, att_, NH, config_.kind, s);
   }
