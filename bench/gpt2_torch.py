@@ -1,7 +1,8 @@
 """PyTorch peer for bench/gpt2_bench.cc: the same GPT-2 (tied embeddings, pre-norm blocks,
 tanh GELU, padded vocabulary), batch, sequence length and precision (bf16 autocast, fp32 master
 weights, fused AdamW, clipping 1.0), each step timed with CUDA events after warm-up. Prints one
-JSON line. --compile runs it under torch.compile."""
+JSON line. --compile runs it under torch.compile; --kernel-trace N adds the kernel-by-kernel
+table of N more steps (bench/torch_trace.py)."""
 import argparse
 import json
 import math
@@ -10,6 +11,8 @@ import statistics
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_trace import kernel_trace
 
 SIZES = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
          "gpt2-xl": (48, 25, 1600), "gpt-1.3b": (24, 16, 2048), "gpt-2.7b": (32, 32, 2560),
@@ -73,6 +76,9 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--kernel-trace", type=int, default=0, metavar="N",
+                   help="after the timed steps, profile N more and print each kernel's GPU time "
+                        "per step (stderr), as zt_bench_gpt2 --kernel-trace does")
     a = p.parse_args()
     torch.manual_seed(1)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -84,30 +90,37 @@ def main():
     if a.compile:
         step_fn = torch.compile(model)
     times, losses = [], []
-    torch.cuda.reset_peak_memory_stats()
-    for s in range(a.warmup + a.steps):
+
+    def train_step():
         x = torch.randint(0, 50257, (a.batch, a.seq + 1), device="cuda")
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if s == a.warmup:
-            torch.cuda.reset_peak_memory_stats()
-        start.record()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = step_fn(x[:, :-1], x[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    torch.cuda.reset_peak_memory_stats()
+    for s in range(a.warmup + a.steps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if s == a.warmup:
+            torch.cuda.reset_peak_memory_stats()
+        start.record()
+        loss = train_step()
         stop.record()
         stop.synchronize()
         losses.append(loss.item())
         if s >= a.warmup:
             times.append(start.elapsed_time(stop))
     med = statistics.median(times)
+    kernels = kernel_trace(train_step, a.kernel_trace, med) if a.kernel_trace > 0 else []
     print(json.dumps({"impl": "torch.compile" if a.compile else "torch-eager", "model": a.model,
                       "batch": a.batch, "seq": a.seq, "dtype": "bf16", "steps": a.steps,
                       "step_ms_median": med, "tokens_per_s": a.batch * a.seq / (med / 1000),
                       "peak_mem_bytes": torch.cuda.max_memory_allocated(),
-                      "first_loss": losses[0], "last_loss": losses[-1]}))
+                      "first_loss": losses[0], "last_loss": losses[-1],
+                      **({"kernels": kernels} if kernels else {})}))
 
 
 if __name__ == "__main__":

@@ -30,10 +30,11 @@ import argparse
 import json
 import math
 import statistics
-import sys
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from torch_trace import kernel_trace
 
 # name: (layers, heads, KV heads, hidden, intermediate, tied head), as src/zt/nn/models/registry.cc.
 SHAPES = {"llama-tiny": (4, 4, 2, 128, 352, True), "llama-1b": (16, 32, 8, 2048, 8192, True),
@@ -200,30 +201,7 @@ def main():
     med = statistics.median(times)
     kernels = []
     if a.kernel_trace > 0:
-        from torch.profiler import ProfilerActivity, profile
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(a.kernel_trace):
-                train_step()
-            torch.cuda.synchronize()
-        totals = {}
-        for ev in prof.events():
-            if ev.device_type != torch.autograd.DeviceType.CUDA:
-                continue
-            name = ev.name if len(ev.name) <= 96 else ev.name[:93] + "..."
-            t = totals.setdefault(name, [0.0, 0])
-            t[0] += ev.device_time / 1000.0  # us -> ms
-            t[1] += 1
-        rows = sorted(totals.items(), key=lambda kv: -kv[1][0])
-        total = sum(v[0] for _, v in rows)
-        n = a.kernel_trace
-        print(f"kernel trace: {total / n:.2f} ms of GPU work per step in "
-              f"{sum(v[1] for _, v in rows) / n:.0f} launches (step {med:.2f} ms, busy "
-              f"{100 * total / n / med:.1f}%)", file=sys.stderr)
-        for name, (ms, cnt) in rows[:40]:
-            print(f"  {ms / n:8.3f} ms {100 * ms / total:5.1f}% {cnt / n:6.0f}x  {name}",
-                  file=sys.stderr)
-        kernels = [{"name": k, "ms_per_step": v[0] / n, "launches_per_step": v[1] / n}
-                   for k, v in rows[:40]]
+        kernels = kernel_trace(train_step, a.kernel_trace, med)
     tps = a.batch * a.seq / (med / 1000)
     print(json.dumps({"impl": "torch.compile" if a.compile else "torch-eager", "model": a.model,
                       "params": params, "batch": a.batch, "seq": a.seq, "dtype": "bf16",

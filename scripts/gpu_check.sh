@@ -68,12 +68,17 @@ fi
 
 if on bench; then
 echo "== benchmark: $model, batch $batch, seq $seq, bf16, median of $steps steps"
+# ZT_BENCH_TRACE=N: each run also traces N extra steps kernel by kernel (tables in the logs
+# bench_zt.log, bench_torch.log, bench_compile.log).
+btrace=()
+[ -n "${ZT_BENCH_TRACE:-}" ] && btrace=(--kernel-trace "$ZT_BENCH_TRACE")
 "$bin"/zt_bench_gpt2 --model "$model" --batch "$batch" --seq "$seq" --dtype bf16 --steps "$steps" \
-  >>"$out/bench.jsonl" 2>"$out/bench_zt.log" || tail -5 "$out/bench_zt.log"
+  "${btrace[@]}" >>"$out/bench.jsonl" 2>"$out/bench_zt.log" || tail -5 "$out/bench_zt.log"
 python3 bench/gpt2_torch.py --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" \
-  >>"$out/bench.jsonl" 2>"$out/bench_torch.log" || tail -5 "$out/bench_torch.log"
+  "${btrace[@]}" >>"$out/bench.jsonl" 2>"$out/bench_torch.log" || tail -5 "$out/bench_torch.log"
 if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
   python3 bench/gpt2_torch.py --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" --compile \
+    "${btrace[@]}" \
     >>"$out/bench.jsonl" 2>"$out/bench_compile.log" || tail -5 "$out/bench_compile.log"
 fi
 fi
@@ -907,12 +912,13 @@ for r in rows:
           f"{r['peak_mem_bytes']/2**30:>10.2f}{ratio:>13.2f}x")
 print("(last column: ZeroTrain tokens/s divided by that row's tokens/s)")
 att = [json.loads(l) for l in open(f"{out}/attention.jsonl") if l.strip()]
-print(f"\n{'attention (B,NH,T,HS)':<24}{'impl':<20}{'ms':>8}{'TFLOP/s':>9}{'torch/this':>12}")
+print(f"\n{'attention (B,NH,T,HS)':<24}{'mask':<7}{'impl':<24}{'ms':>8}{'TFLOP/s':>9}{'torch/this':>12}")
+akey = lambda x: (x["B"], x["NH"], x["T"], x["HS"], x.get("causal", True))
 for r in att:
-    key = (r["B"], r["NH"], r["T"], r["HS"])
-    t = next((x for x in att if x["impl"] == "torch-sdpa" and (x["B"], x["NH"], x["T"], x["HS"]) == key), None)
+    t = next((x for x in att if x["impl"] == "torch-sdpa" and akey(x) == akey(r)), None)
     ratio = t["ms_median"] / r["ms_median"] if t else float("nan")
-    print(f"{str(key):<24}{r['impl']:<20}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
+    mask = "causal" if r.get("causal", True) else "none"
+    print(f"{str(akey(r)[:4]):<24}{mask:<7}{r['impl']:<24}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
 print("(last column: the faster torch SDPA backend's time divided by that row's time; above 1 is faster than torch)")
 lm = [json.loads(l) for l in open(f"{out}/llama.jsonl") if l.strip()]
 if lm:

@@ -53,22 +53,25 @@ TEST(ElementwiseCuda, GeluForwardBackwardMatchCpu) {
 
 TEST(ElementwiseCuda, ResidualAndAddAreExact) {
   ZT_SKIP_WITHOUT_CUDA();
-  const Shape shape{5, 41};
-  Tensor a = exact_tensor(shape, 1501);
-  Tensor b = exact_tensor(shape, 1502);
-  // Oracle: (k1 + k2)/64 has 8 significant bits, exact in every dtype.
-  std::vector<double> sum = a.to_doubles();
-  const std::vector<double> bv = b.to_doubles();
-  for (size_t i = 0; i < sum.size(); ++i) sum[i] += bv[i];
-  for (const DtypeCase& d : kComputeDtypes) {
-    SCOPED_TRACE(d.name);
-    Tensor a_d = to_cuda(a, d.dtype);
-    Tensor b_d = to_cuda(b, d.dtype);
-    Tensor out_d = Tensor::empty(shape, d.dtype, Device::cuda(0));
-    kernels::residual_forward(out_d, a_d, b_d);
-    expect_equal(values(out_d), sum, "residual");
-    kernels::add_inplace(a_d, b_d);
-    expect_equal(values(a_d), sum, "add_inplace");
+  // (5, 41): one element at a time; (6, 64): 16-byte chunks.
+  for (const Shape& shape : {Shape{5, 41}, Shape{6, 64}}) {
+    SCOPED_TRACE(shape.str());
+    Tensor a = exact_tensor(shape, 1501);
+    Tensor b = exact_tensor(shape, 1502);
+    // Oracle: (k1 + k2)/64 has 8 significant bits, exact in every dtype.
+    std::vector<double> sum = a.to_doubles();
+    const std::vector<double> bv = b.to_doubles();
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += bv[i];
+    for (const DtypeCase& d : kComputeDtypes) {
+      SCOPED_TRACE(d.name);
+      Tensor a_d = to_cuda(a, d.dtype);
+      Tensor b_d = to_cuda(b, d.dtype);
+      Tensor out_d = Tensor::empty(shape, d.dtype, Device::cuda(0));
+      kernels::residual_forward(out_d, a_d, b_d);
+      expect_equal(values(out_d), sum, "residual");
+      kernels::add_inplace(a_d, b_d);
+      expect_equal(values(a_d), sum, "add_inplace");
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // CUDA matmul (cuBLASLt) forward/backward against the CPU reference, in f32, bf16 and f16: output
 // and din in the compute dtype, dweight/dbias accumulated (+=) in f32 onto non-zero gradients.
-// Odd shapes (not multiples of 32), a GPT-2 sized GEMM on a non-default stream, and the optional
-// bias / din paths.
+// Odd shapes (not multiples of 32), a GPT-2 sized GEMM on a non-default stream, many rows, and the
+// optional bias / din paths; the bias gradient gives the same bits when computed again.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +73,12 @@ void check_matmul(const MatmulCase& c) {
                  "dweight");
     if (has_bias) {
       expect_close(values(dbias_d), values(dbias_ref), 1e-5 * std::sqrt(double(N)), 1e-5, "dbias");
+      // The bias gradient is a column sum without atomics: the same bits again.
+      Tensor dw2 = to_cuda(dweight0, DType::f32);
+      Tensor db2 = to_cuda(dbias0, DType::f32);
+      kernels::matmul_backward(nullptr, dw2, &db2, dout_d, in_d, w_d, st);
+      st.synchronize();
+      EXPECT_EQ(values(db2), values(dbias_d)) << "dbias is not reproducible";
     } else {
       expect_close(values(dbias_d), values(dbias0), 1e-30, 0, "dbias untouched without bias");
     }
@@ -94,6 +100,12 @@ TEST(MatmulCuda, Gpt2SizedOnCreatedStreamMatchesCpu) {
   ZT_SKIP_WITHOUT_CUDA();
   // N = 512, K = 768, M = 2304: GPT-2 small's qkv projection.
   check_matmul({4, 128, 768, 2304, WithBias::kYes, WithDin::kYes, OnStream::kCreated, 41});
+}
+
+TEST(MatmulCuda, ManyRowsBiasGradientMatchesCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  // N = 4096 rows: the bias gradient's column sum runs in several row splits.
+  check_matmul({8, 512, 64, 96, WithBias::kYes, WithDin::kYes, OnStream::kDefault, 61});
 }
 
 TEST(MatmulCuda, BackwardAccumulatesAcrossCalls) {

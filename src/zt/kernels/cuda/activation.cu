@@ -1,8 +1,9 @@
 // CUDA elementwise activations (Activation in kernels/ops.h; contract in kernels/op_table.inc):
 // GPT-2's tanh GELU (the same arithmetic as the gelu kernels of cuda/elementwise.cu), BERT's erf
 // GELU, ReLU and SiLU, with their exact derivatives. Grid-stride loops over contiguous tensors,
-// the activation a template argument (no per-element switch), arithmetic in f32, one rounding at
-// the store. din may alias dout (each thread reads an element before writing it).
+// kV elements per thread (16-byte loads and stores when the size and alignment allow), the
+// activation a template argument (no per-element switch), arithmetic in f32, one rounding at the
+// store. din may alias dout (each thread reads a chunk before writing it).
 #include "zt/kernels/activation_dispatch.h"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
@@ -62,17 +63,27 @@ __device__ __forceinline__ float activation_derivative(float x) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
-template <typename T, Activation A>
-__global__ void activation_forward_kernel(T* out, const T* in, int64_t n) {
-  ZT_GRID_STRIDE(i, n) {
-    out[i] = from_f32<T>(activation_value<A>(to_f32(in[i])));
+// n_vec = n / kV chunks of kV elements.
+template <typename T, Activation A, int kV>
+__global__ void activation_forward_kernel(T* out, const T* in, int64_t n_vec) {
+  ZT_GRID_STRIDE(i, n_vec) {
+    float x[kV];
+    load_f32<T, kV>(x, in + i * kV);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) x[k] = activation_value<A>(x[k]);
+    store_from_f32<T, kV>(out + i * kV, x);
   }
 }
 
-template <typename T, Activation A>
-__global__ void activation_backward_kernel(T* din, const T* dout, const T* in, int64_t n) {
-  ZT_GRID_STRIDE(i, n) {
-    din[i] = from_f32<T>(to_f32(dout[i]) * activation_derivative<A>(to_f32(in[i])));
+template <typename T, Activation A, int kV>
+__global__ void activation_backward_kernel(T* din, const T* dout, const T* in, int64_t n_vec) {
+  ZT_GRID_STRIDE(i, n_vec) {
+    float x[kV], g[kV];
+    load_f32<T, kV>(x, in + i * kV);
+    load_f32<T, kV>(g, dout + i * kV);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) g[k] *= activation_derivative<A>(x[k]);
+    store_from_f32<T, kV>(din + i * kV, g);
   }
 }
 
@@ -98,8 +109,14 @@ void activation_forward(Tensor& out, const Tensor& in, Activation act, const Str
     using T = typename decltype(tag)::type;
     dispatch_activation(act, op, [&](auto act_tag) {
       constexpr Activation A = decltype(act_tag)::value;
-      activation_forward_kernel<T, A>
-          <<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<const T>(in), n);
+      by_vector_width<T>(
+          n,
+          [&]<int V>() {
+            activation_forward_kernel<T, A, V>
+                <<<grid_for(n / V, kThreads), kThreads, 0, stream_of(s)>>>(ptr<T>(out),
+                                                                           ptr<const T>(in), n / V);
+          },
+          ptr<T>(out), ptr<const T>(in));
       ZT_CUDA_CHECK_LAUNCH();
     });
   });
@@ -117,8 +134,14 @@ void activation_backward(Tensor& din, const Tensor& dout, const Tensor& in, Acti
     using T = typename decltype(tag)::type;
     dispatch_activation(act, op, [&](auto act_tag) {
       constexpr Activation A = decltype(act_tag)::value;
-      activation_backward_kernel<T, A><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
-          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), n);
+      by_vector_width<T>(
+          n,
+          [&]<int V>() {
+            activation_backward_kernel<T, A, V>
+                <<<grid_for(n / V, kThreads), kThreads, 0, stream_of(s)>>>(
+                    ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), n / V);
+          },
+          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in));
       ZT_CUDA_CHECK_LAUNCH();
     });
   });

@@ -42,6 +42,9 @@ inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 4096) {
   return static_cast<unsigned>(b < 1 ? 1 : b);
 }
 
+// Streaming multiprocessors of the current device (asked once per device).
+int sm_count();
+
 inline cudaStream_t stream_of(const Stream& s) {
   return static_cast<cudaStream_t>(s.handle());
 }
@@ -143,6 +146,17 @@ __device__ __forceinline__ void store_from_f32(T* p, const float (&in)[kV]) {
 template <typename... P>
 inline bool vec16_aligned(const P*... p) {
   return ((reinterpret_cast<uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// Calls f.template operator()<V>() with V = kVec<T> when n elements and every pointer allow
+// 16-byte chunks, else V = 1: the vector width of an elementwise kernel over n elements.
+template <typename T, typename F, typename... P>
+void by_vector_width(int64_t n, F&& f, const P*... p) {
+  if (n % kVec<T> == 0 && vec16_aligned(p...)) {
+    f.template operator()<kVec<T>>();
+  } else {
+    f.template operator()<1>();
+  }
 }
 
 // ---- reductions. Every lane of the warp (every thread of the block) gets the result.

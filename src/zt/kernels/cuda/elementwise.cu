@@ -1,6 +1,7 @@
 // CUDA elementwise ops (contracts in kernels/ops.h): GELU forward/backward, residual and in-place
 // add, dtype casts, scaling with the non-finite check of fp16 loss scaling, and the sum of squares
-// behind the global gradient norm. Grid-stride loops over contiguous tensors; arithmetic in f32
+// behind the global gradient norm. Grid-stride loops over contiguous tensors (the residual and
+// in-place adds kVec elements per thread when the size and alignment allow); arithmetic in f32
 // (f64 for f64 tensors), one rounding at the store. Outputs may alias inputs elementwise (each
 // thread reads an element before writing the same element).
 #include "zt/kernels/cuda/cuda_common.cuh"
@@ -77,10 +78,16 @@ __global__ void gelu_backward_kernel(T* din, const T* dout, const T* in, int64_t
   }
 }
 
-template <typename T>
-__global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n) {
-  ZT_GRID_STRIDE(i, n) {
-    out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+// n_vec chunks of kV elements (16-byte loads and stores when kV > 1).
+template <typename T, int kV>
+__global__ void residual_forward_kernel(T* out, const T* a, const T* b, int64_t n_vec) {
+  ZT_GRID_STRIDE(i, n_vec) {
+    float x[kV], y[kV];
+    load_f32<T, kV>(x, a + i * kV);
+    load_f32<T, kV>(y, b + i * kV);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) x[k] += y[k];
+    store_from_f32<T, kV>(out + i * kV, x);
   }
 }
 
@@ -88,6 +95,19 @@ template <typename T>
 __global__ void add_inplace_kernel(T* out, const T* in, int64_t n) {
   ZT_GRID_STRIDE(i, n) {
     out[i] = store_arith<T>(load_arith(out[i]) + load_arith(in[i]));
+  }
+}
+
+// The 16-bit and f32 add, n_vec chunks of kV elements.
+template <typename T, int kV>
+__global__ void add_inplace_vec_kernel(T* out, const T* in, int64_t n_vec) {
+  ZT_GRID_STRIDE(i, n_vec) {
+    float x[kV], y[kV];
+    load_f32<T, kV>(x, out + i * kV);
+    load_f32<T, kV>(y, in + i * kV);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) x[k] += y[k];
+    store_from_f32<T, kV>(out + i * kV, x);
   }
 }
 
@@ -177,8 +197,13 @@ void residual_forward(Tensor& out, const Tensor& a, const Tensor& b, const Strea
   DeviceGuard guard(a.device());
   dispatch_compute(a.dtype(), "residual_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    residual_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
-        ptr<T>(out), ptr<const T>(a), ptr<const T>(b), n);
+    by_vector_width<T>(
+        n,
+        [&]<int V>() {
+          residual_forward_kernel<T, V><<<grid_for(n / V, kThreads), kThreads, 0, stream_of(s)>>>(
+              ptr<T>(out), ptr<const T>(a), ptr<const T>(b), n / V);
+        },
+        ptr<T>(out), ptr<const T>(a), ptr<const T>(b));
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -190,8 +215,18 @@ void add_inplace(Tensor& out, const Tensor& in, const Stream& s) {
   DeviceGuard guard(out.device());
   dispatch_float(out.dtype(), "add_inplace", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    add_inplace_kernel<T>
-        <<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<const T>(in), n);
+    if constexpr (std::is_same_v<T, double>) {
+      add_inplace_kernel<T>
+          <<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<const T>(in), n);
+    } else {
+      by_vector_width<T>(
+          n,
+          [&]<int V>() {
+            add_inplace_vec_kernel<T, V><<<grid_for(n / V, kThreads), kThreads, 0, stream_of(s)>>>(
+                ptr<T>(out), ptr<const T>(in), n / V);
+          },
+          ptr<T>(out), ptr<const T>(in));
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

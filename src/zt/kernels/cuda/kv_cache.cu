@@ -281,13 +281,6 @@ __global__ void attention_cached_merge_kernel(T* out, const float* partial_acc,
   }
 }
 
-int sm_count() {
-  int device = 0;
-  int n = 0;
-  ZT_CUDA_CHECK(cudaGetDevice(&device));
-  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
 
 template <typename T, int kDims>
 void attention_cached_launch(Tensor& out, const Tensor& q, const Tensor& k_cache,

@@ -1,10 +1,11 @@
 // CUDA layernorm forward/backward over the last dimension C (contract in kernels/ops.h), the
-// caller's eps, biased variance, as the CPU reference. One warp per row; statistics and parameter
-// gradients in f32. Backward: each block sums its rows' dweight/dbias contributions in shared
-// memory, then adds them to the f32 gradients with one atomic per column, so dweight/dbias
-// accumulate (+=); an undefined one (a frozen parameter) is not computed, and with neither the
-// kernel uses no shared memory. din may alias dout or dresidual: each lane reads an element before
-// it writes the same element.
+// caller's eps, biased variance, as the CPU reference. One warp per row, 16-byte loads and stores
+// when C and the alignment allow (one element at a time otherwise); statistics and parameter
+// gradients in f32. Backward: dweight and dbias (+=) from per-split column sums added in a fixed
+// order (cuda/column_reduce.cuh: deterministic, no atomics), before din is written; an undefined
+// one (a frozen parameter) is not computed. din may alias dout or dresidual: each lane reads a
+// chunk before it writes the same chunk.
+#include "zt/kernels/cuda/column_reduce.cuh"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 
@@ -14,7 +15,9 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps, 8 rows at a time per block
 constexpr int kWarpsPerBlock = kThreads / kWarpSize;
 
-template <typename T>
+// One warp per row; each lane takes chunks of kV elements (C % kV == 0). The row is read three
+// times (mean, squared deviations, output): the second and third reads come from cache.
+template <typename T, int kV>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* in,
                                          const T* weight, const T* bias, int64_t rows, int C,
                                          float eps) {
@@ -23,19 +26,32 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   if (row >= rows) return;  // whole warps leave together
   const T* x = in + row * C;
   float sum = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) sum += to_f32(x[c]);
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float v[kV];
+    load_f32<T, kV>(v, x + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) sum += v[k];
+  }
   const float m = warp_sum(sum) / static_cast<float>(C);
-  // Squared deviations from the mean (a second pass over the row, from cache) rather than
-  // E[x^2] - m^2, which cancels badly when |m| is large.
+  // Squared deviations from the mean rather than E[x^2] - m^2, which cancels badly when |m| is
+  // large.
   float var = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float d = to_f32(x[c]) - m;
-    var += d * d;
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float v[kV];
+    load_f32<T, kV>(v, x + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) var += (v[k] - m) * (v[k] - m);
   }
   const float r = rsqrtf(warp_sum(var) / static_cast<float>(C) + eps);
   T* o = out + row * C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    o[c] = from_f32<T>((to_f32(x[c]) - m) * r * to_f32(weight[c]) + to_f32(bias[c]));
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float v[kV], w[kV], b[kV];
+    load_f32<T, kV>(v, x + c);
+    load_f32<T, kV>(w, weight + c);
+    load_f32<T, kV>(b, bias + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = (v[k] - m) * r * w[k] + b[k];
+    store_from_f32<T, kV>(o + c, v);
   }
   if (lane == 0) {
     mean[row] = m;
@@ -44,66 +60,76 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 }
 
 // din = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)) [+ dresidual], dnorm = weight dout,
-// norm = (x - mean) rstd. Shared memory: dweight then dbias partial sums, C floats each, when
-// either is given (null: not computed); none when neither is.
-template <typename T>
-__global__ void layernorm_backward_kernel(T* din, float* dweight, float* dbias, const T* dout,
-                                          const T* in, const T* weight, const float* mean,
-                                          const float* rstd, const T* dresidual, int64_t rows,
-                                          int C) {
-  extern __shared__ float smem[];
-  const bool grads = dweight != nullptr || dbias != nullptr;
-  float* s_dw = smem;
-  float* s_db = smem + C;
-  if (grads) {
-    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) smem[c] = 0.0f;
-    __syncthreads();
-  }
-
+// norm = (x - mean) rstd. One warp per row, chunks of kV elements per lane.
+template <typename T, int kV>
+__global__ void layernorm_backward_kernel(T* din, const T* dout, const T* in, const T* weight,
+                                          const float* mean, const float* rstd, const T* dresidual,
+                                          int64_t rows, int C) {
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
-       row < rows; row += warps_total) {
-    const T* g = dout + row * C;
-    const T* x = in + row * C;
-    const float m = mean[row];
-    const float r = rstd[row];
-    float sum_dnorm = 0.0f;
-    float sum_dnorm_norm = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) {
-      const float dnorm = to_f32(weight[c]) * to_f32(g[c]);
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;
+  const T* g = dout + row * C;
+  const T* x = in + row * C;
+  const float m = mean[row];
+  const float r = rstd[row];
+  float sum_dnorm = 0.0f;
+  float sum_dnorm_norm = 0.0f;
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float gv[kV], xv[kV], wv[kV];
+    load_f32<T, kV>(gv, g + c);
+    load_f32<T, kV>(xv, x + c);
+    load_f32<T, kV>(wv, weight + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      const float dnorm = wv[k] * gv[k];
       sum_dnorm += dnorm;
-      sum_dnorm_norm += dnorm * (to_f32(x[c]) - m) * r;
-    }
-    const float mean_dnorm = warp_sum(sum_dnorm) / static_cast<float>(C);
-    const float mean_dnorm_norm = warp_sum(sum_dnorm_norm) / static_cast<float>(C);
-    T* d = din + row * C;
-    const T* dres = dresidual != nullptr ? dresidual + row * C : nullptr;
-    for (int c = lane; c < C; c += kWarpSize) {
-      const float gc = to_f32(g[c]);
-      const float norm = (to_f32(x[c]) - m) * r;
-      float v = (to_f32(weight[c]) * gc - mean_dnorm - norm * mean_dnorm_norm) * r;
-      if (dres != nullptr) v += to_f32(dres[c]);
-      d[c] = from_f32<T>(v);
-      if (dweight != nullptr) atomicAdd(s_dw + c, gc * norm);
-      if (dbias != nullptr) atomicAdd(s_db + c, gc);
+      sum_dnorm_norm += dnorm * (xv[k] - m) * r;
     }
   }
-  if (!grads) return;
-  __syncthreads();
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    if (dweight != nullptr) atomicAdd(dweight + c, s_dw[c]);
-    if (dbias != nullptr) atomicAdd(dbias + c, s_db[c]);
+  const float mean_dnorm = warp_sum(sum_dnorm) / static_cast<float>(C);
+  const float mean_dnorm_norm = warp_sum(sum_dnorm_norm) / static_cast<float>(C);
+  T* d = din + row * C;
+  const T* dres = dresidual != nullptr ? dresidual + row * C : nullptr;
+  for (int c = lane * kV; c < C; c += kWarpSize * kV) {
+    float gv[kV], xv[kV], wv[kV], rv[kV];
+    load_f32<T, kV>(gv, g + c);
+    load_f32<T, kV>(xv, x + c);
+    load_f32<T, kV>(wv, weight + c);
+    if (dres != nullptr) {
+      load_f32<T, kV>(rv, dres + c);
+    } else {
+#pragma unroll
+      for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      const float norm = (xv[k] - m) * r;
+      gv[k] = (wv[k] * gv[k] - mean_dnorm - norm * mean_dnorm_norm) * r + rv[k];
+    }
+    store_from_f32<T, kV>(d + c, gv);
   }
 }
 
-int sm_count() {
-  int device = 0;
-  int n = 0;
-  ZT_CUDA_CHECK(cudaGetDevice(&device));
-  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
+// The parameter gradients' terms for column_reduce: dweight += dout * norm, dbias += dout.
+template <typename T, int kV>
+struct LnParamTerm {
+  const T* dout;
+  const T* in;
+  const float* mean;
+  const float* rstd;
+  int64_t C;
+  __device__ void operator()(int64_t row, int64_t c0, float (&acc)[2][kV]) const {
+    float gv[kV], xv[kV];
+    load_f32<T, kV>(gv, dout + row * C + c0);
+    load_f32<T, kV>(xv, in + row * C + c0);
+    const float m = mean[row], r = rstd[row];
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      acc[0][k] += gv[k] * ((xv[k] - m) * r);
+      acc[1][k] += gv[k];
+    }
+  }
+};
 
 // Rows and C of a layernorm call; checks the parameter tensors against C.
 struct LnShape {
@@ -143,9 +169,18 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
-    layernorm_forward_kernel<T><<<grid, kThreads, 0, stream_of(s)>>>(
-        ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight),
-        ptr<const T>(bias), sh.rows, sh.C, eps);
+    constexpr int kV = kVec<T>;
+    auto launch = [&]<int V>() {
+      layernorm_forward_kernel<T, V><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const T>(bias), sh.rows, sh.C, eps);
+    };
+    if (sh.C % kV == 0 &&
+        vec16_aligned(ptr<T>(out), ptr<const T>(in), ptr<const T>(weight), ptr<const T>(bias))) {
+      launch.template operator()<kV>();
+    } else {
+      launch.template operator()<1>();
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -181,23 +216,33 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
   }
   if (sh.rows == 0) return;
   DeviceGuard guard(in.device());
-  const size_t smem =
-      with_dweight || with_dbias ? 2 * static_cast<size_t>(sh.C) * sizeof(float) : 0;
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (smem > 48 * 1024) {  // above the default limit a kernel must opt in
-      ZT_CUDA_CHECK(cudaFuncSetAttribute(layernorm_backward_kernel<T>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+    const T* dres = dresidual != nullptr ? ptr<const T>(*dresidual) : nullptr;
+    constexpr int kV = kVec<T>;
+    const bool vec = sh.C % kV == 0 && vec16_aligned(ptr<T>(din), ptr<const T>(dout),
+                                                     ptr<const T>(in), ptr<const T>(weight), dres);
+    auto launch = [&]<int V>() {
+      // The parameter gradients first: din may overwrite dout.
+      if (with_dweight || with_dbias) {
+        const ColumnDst<2> dst{{with_dweight ? ptr<float>(dweight) : nullptr,
+                                with_dbias ? ptr<float>(dbias) : nullptr}};
+        column_reduce<V, 2>(dst, sh.rows, sh.C,
+                            LnParamTerm<T, V>{ptr<const T>(dout), ptr<const T>(in),
+                                              ptr<const float>(mean), ptr<const float>(rstd), sh.C},
+                            in.device(), s);
+      }
+      const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
+      layernorm_backward_kernel<T, V><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const float>(mean), ptr<const float>(rstd), dres, sh.rows, sh.C);
+      ZT_CUDA_CHECK_LAUNCH();
+    };
+    if (vec) {
+      launch.template operator()<kV>();
+    } else {
+      launch.template operator()<1>();
     }
-    // About two blocks per SM: enough warps in flight, few shared-to-global flushes.
-    const int64_t blocks = std::min<int64_t>(ceil_div(sh.rows, kWarpsPerBlock), 2 * sm_count());
-    layernorm_backward_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, stream_of(s)>>>(
-        ptr<T>(din), with_dweight ? ptr<float>(dweight) : nullptr,
-        with_dbias ? ptr<float>(dbias) : nullptr, ptr<const T>(dout), ptr<const T>(in),
-        ptr<const T>(weight), ptr<const float>(mean), ptr<const float>(rstd),
-        dresidual != nullptr ? ptr<const T>(*dresidual) : nullptr, sh.rows, sh.C);
-    ZT_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -1,8 +1,9 @@
 // CUDA matmul forward/backward (contract in kernels/ops.h): out (N,M) = in (N,K) @ weight (M,K)^T
 // (+ bias). GEMMs go through gemm.cuh (cuBLASLt, fp32 accumulation); dweight accumulates in f32
 // with beta = 1 (16-bit A/B, f32 C/D), and an undefined dweight (a frozen weight) skips that GEMM;
-// dbias is a column-sum kernel accumulating into f32.
+// dbias is a deterministic column sum (cuda/column_reduce.cuh) accumulating into f32.
 // Assumes contiguous row-major tensors; any leading shape of `in` is flattened into N rows.
+#include "zt/kernels/cuda/column_reduce.cuh"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 #include "zt/kernels/cuda/gemm.cuh"
@@ -19,33 +20,18 @@ __global__ void bias_add_rows_kernel(T* c, const T* bias, int64_t rows, int64_t 
   }
 }
 
-// dbias[j] += sum_i dout[i, j]. Block (32, 8): the 32 threads of a row segment read consecutive
-// columns (coalesced); the 8 rows of threads and the blocks along y split the rows; the partial
-// column sums of a block are combined in shared memory, then added with one atomic per column.
-constexpr int kColTile = 32;
-constexpr int kRowThreads = 8;
-
-template <typename T>
-__global__ void column_sum_accumulate_kernel(float* dbias, const T* dout, int64_t rows,
-                                             int64_t cols) {
-  __shared__ float partial[kRowThreads][kColTile];
-  const int64_t col = blockIdx.x * static_cast<int64_t>(kColTile) + threadIdx.x;
-  float sum = 0.0f;
-  if (col < cols) {
-    for (int64_t r = blockIdx.y * static_cast<int64_t>(kRowThreads) + threadIdx.y; r < rows;
-         r += static_cast<int64_t>(gridDim.y) * kRowThreads) {
-      sum += to_f32(dout[r * cols + col]);
-    }
-  }
-  partial[threadIdx.y][threadIdx.x] = sum;
-  __syncthreads();
-  if (threadIdx.y == 0 && col < cols) {
-    float total = 0.0f;
+// dbias's term for column_reduce (cuda/column_reduce.cuh: deterministic, no atomics): dout.
+template <typename T, int kV>
+struct BiasGradTerm {
+  const T* dout;
+  int64_t cols;
+  __device__ void operator()(int64_t row, int64_t c0, float (&acc)[1][kV]) const {
+    float v[kV];
+    load_f32<T, kV>(v, dout + row * cols + c0);
 #pragma unroll
-    for (int k = 0; k < kRowThreads; ++k) total += partial[k][threadIdx.x];
-    atomicAdd(dbias + col, total);
+    for (int k = 0; k < kV; ++k) acc[0][k] += v[k];
   }
-}
+};
 
 DType gemm_dtype_check(const Tensor& in, const Tensor& weight, const char* op) {
   check_cuda(in, op, "in");
@@ -148,14 +134,13 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
     if (N == 0 || M == 0) return;
     dispatch_compute(dt, op, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const dim3 block(kColTile, kRowThreads);
-      // Enough row-blocks to fill the GPU when there are few columns; each handles >= 64 rows.
-      const int64_t row_blocks = std::min<int64_t>(ceil_div(N, 64), 128);
-      const dim3 grid(static_cast<unsigned>(ceil_div(M, kColTile)),
-                      static_cast<unsigned>(row_blocks));
-      column_sum_accumulate_kernel<T>
-          <<<grid, block, 0, stream>>>(ptr<float>(*dbias), ptr<const T>(dout), N, M);
-      ZT_CUDA_CHECK_LAUNCH();
+      constexpr int kV = kVec<T>;
+      const ColumnDst<1> dst{{ptr<float>(*dbias)}};
+      if (M % kV == 0 && vec16_aligned(ptr<const T>(dout))) {
+        column_reduce<kV, 1>(dst, N, M, BiasGradTerm<T, kV>{ptr<const T>(dout), M}, in.device(), s);
+      } else {
+        column_reduce<1, 1>(dst, N, M, BiasGradTerm<T, 1>{ptr<const T>(dout), M}, in.device(), s);
+      }
     });
   }
 }
@@ -208,8 +193,8 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
   const char* op = "matmul_cols_backward";
   const DType dt = gemm_dtype_check(in, weight, op);
   const ColsDims d = cols_dims(in, weight, dout, col0, op, "dout");
-  const void* block = static_cast<const char*>(dout.data()) +
-                      col0 * static_cast<int64_t>(dtype_size(dt));
+  const void* block =
+      static_cast<const char*>(dout.data()) + col0 * static_cast<int64_t>(dtype_size(dt));
   DeviceGuard guard(in.device());
   const cudaStream_t stream = stream_of(s);
   if (din != nullptr) {

@@ -5,9 +5,10 @@
 // dtype before multiplying by the weight, as transformers' LlamaRMSNorm does
 // (`weight * hidden.to(input_dtype)`), so bf16 outputs match it; the backward differentiates the
 // unrounded function in f32. Backward: dweight (+=) from per-split column sums added in a fixed
-// order (deterministic, no atomics), before din is written; an undefined dweight (a frozen
-// weight) is not computed. din may alias dout or dresidual: each lane reads a chunk before it
-// writes the same chunk.
+// order (cuda/column_reduce.cuh: deterministic, no atomics), before din is written; an undefined
+// dweight (a frozen weight) is not computed. din may alias dout or dresidual: each lane reads a
+// chunk before it writes the same chunk.
+#include "zt/kernels/cuda/column_reduce.cuh"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 
@@ -56,7 +57,8 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* in, const T
 // before writing the same chunk of din, so din may alias dout or dresidual.
 template <typename T, int kV>
 __global__ void rmsnorm_backward_kernel(T* din, const T* dout, const T* in, const T* weight,
-                                        const float* rstd, const T* dresidual, int64_t rows, int C) {
+                                        const float* rstd, const T* dresidual, int64_t rows,
+                                        int C) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
   if (row >= rows) return;
@@ -92,63 +94,23 @@ __global__ void rmsnorm_backward_kernel(T* din, const T* dout, const T* in, cons
   }
 }
 
-// dweight, deterministically: block (x, y) sums dout * x * rstd over the rows of split y for
-// kDwCols columns (32 lanes x kV, kDwRows rows at a time) and writes the split's partial sums;
-// rmsnorm_dweight_finish adds the splits in order. No atomics, so a step's dweight is the same
-// bits on every run.
-constexpr int kDwRows = 8;  // blockDim.y
-
+// dweight's term for column_reduce (cuda/column_reduce.cuh: deterministic, no atomics):
+// dout * x * rstd.
 template <typename T, int kV>
-__global__ void rmsnorm_dweight_partial_kernel(float* partial, const T* dout, const T* in,
-                                               const float* rstd, int64_t rows,
-                                               int64_t rows_per_split, int C) {
-  __shared__ float s_sum[kDwRows][kWarpSize * kV];
-  const int c0 = (blockIdx.x * kWarpSize + threadIdx.x) * kV;
-  const int64_t begin = blockIdx.y * rows_per_split;
-  const int64_t end = begin + rows_per_split < rows ? begin + rows_per_split : rows;
-  float acc[kV];
+struct RmsDweightTerm {
+  const T* dout;
+  const T* in;
+  const float* rstd;
+  int64_t C;
+  __device__ void operator()(int64_t row, int64_t c0, float (&acc)[1][kV]) const {
+    float gv[kV], xv[kV];
+    load_f32<T, kV>(gv, dout + row * C + c0);
+    load_f32<T, kV>(xv, in + row * C + c0);
+    const float r = rstd[row];
 #pragma unroll
-  for (int k = 0; k < kV; ++k) acc[k] = 0.0f;
-  if (c0 < C) {
-    for (int64_t row = begin + threadIdx.y; row < end; row += kDwRows) {
-      float gv[kV], xv[kV];
-      load_f32<T, kV>(gv, dout + row * C + c0);
-      load_f32<T, kV>(xv, in + row * C + c0);
-      const float r = rstd[row];
-#pragma unroll
-      for (int k = 0; k < kV; ++k) acc[k] += gv[k] * (xv[k] * r);
-    }
+    for (int k = 0; k < kV; ++k) acc[0][k] += gv[k] * (xv[k] * r);
   }
-#pragma unroll
-  for (int k = 0; k < kV; ++k) s_sum[threadIdx.y][threadIdx.x * kV + k] = acc[k];
-  __syncthreads();
-  if (threadIdx.y == 0 && c0 < C) {
-#pragma unroll
-    for (int k = 0; k < kV; ++k) {
-      float v = 0.0f;
-#pragma unroll
-      for (int y = 0; y < kDwRows; ++y) v += s_sum[y][threadIdx.x * kV + k];
-      partial[blockIdx.y * static_cast<int64_t>(C) + c0 + k] = v;
-    }
-  }
-}
-
-__global__ void rmsnorm_dweight_finish_kernel(float* dweight, const float* partial, int splits,
-                                              int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float v = 0.0f;
-  for (int s = 0; s < splits; ++s) v += partial[static_cast<int64_t>(s) * C + c];
-  dweight[c] += v;
-}
-
-int sm_count() {
-  int device = 0;
-  int n = 0;
-  ZT_CUDA_CHECK(cudaGetDevice(&device));
-  ZT_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  return n;
-}
+};
 
 struct RmsShape {
   int64_t rows;
@@ -185,13 +147,13 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& in, const Tensor& 
     const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
     constexpr int kV = kVec<T>;
     if (sh.C % kV == 0 && vec16_aligned(ptr<T>(out), ptr<const T>(in), ptr<const T>(weight))) {
-      rmsnorm_forward_kernel<T, kV><<<grid, kThreads, 0, stream_of(s)>>>(
-          ptr<T>(out), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight), eps, sh.rows,
-          sh.C);
+      rmsnorm_forward_kernel<T, kV>
+          <<<grid, kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<float>(rstd), ptr<const T>(in),
+                                                ptr<const T>(weight), eps, sh.rows, sh.C);
     } else {
-      rmsnorm_forward_kernel<T, 1><<<grid, kThreads, 0, stream_of(s)>>>(
-          ptr<T>(out), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight), eps, sh.rows,
-          sh.C);
+      rmsnorm_forward_kernel<T, 1>
+          <<<grid, kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<float>(rstd), ptr<const T>(in),
+                                                ptr<const T>(weight), eps, sh.rows, sh.C);
     }
     ZT_CUDA_CHECK_LAUNCH();
   });
@@ -228,29 +190,18 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
                                                      ptr<const T>(in), ptr<const T>(weight), dres);
     // dweight first: din may overwrite dout.
     if (with_dweight) {
-      const int v = vec ? kV : 1;
-      const int64_t col_blocks = ceil_div(sh.C, kWarpSize * v);
-      // About four blocks per SM in all, each split at least 64 rows.
-      const int64_t splits = std::max<int64_t>(
-          1, std::min<int64_t>(ceil_div(4 * sm_count(), col_blocks), ceil_div(sh.rows, 64)));
-      const int64_t rows_per_split = ceil_div(sh.rows, splits);
-      Tensor partial = Tensor::empty({splits, sh.C}, DType::f32, in.device(), s);
-      const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
-      const dim3 block(kWarpSize, kDwRows);
+      const ColumnDst<1> dst{{ptr<float>(dweight)}};
       if (vec) {
-        rmsnorm_dweight_partial_kernel<T, kV><<<grid, block, 0, stream_of(s)>>>(
-            ptr<float>(partial), ptr<const T>(dout), ptr<const T>(in), ptr<const float>(rstd),
-            sh.rows, rows_per_split, sh.C);
+        column_reduce<kV, 1>(dst, sh.rows, sh.C,
+                             RmsDweightTerm<T, kV>{ptr<const T>(dout), ptr<const T>(in),
+                                                   ptr<const float>(rstd), sh.C},
+                             in.device(), s);
       } else {
-        rmsnorm_dweight_partial_kernel<T, 1><<<grid, block, 0, stream_of(s)>>>(
-            ptr<float>(partial), ptr<const T>(dout), ptr<const T>(in), ptr<const float>(rstd),
-            sh.rows, rows_per_split, sh.C);
+        column_reduce<1, 1>(dst, sh.rows, sh.C,
+                            RmsDweightTerm<T, 1>{ptr<const T>(dout), ptr<const T>(in),
+                                                 ptr<const float>(rstd), sh.C},
+                            in.device(), s);
       }
-      ZT_CUDA_CHECK_LAUNCH();
-      rmsnorm_dweight_finish_kernel<<<static_cast<unsigned>(ceil_div(sh.C, 256)), 256, 0,
-                                      stream_of(s)>>>(ptr<float>(dweight), ptr<const float>(partial),
-                                                      static_cast<int>(splits), sh.C);
-      ZT_CUDA_CHECK_LAUNCH();
     }
     const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
     if (vec) {

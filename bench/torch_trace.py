@@ -1,0 +1,33 @@
+"""Kernel-by-kernel GPU time of a PyTorch training step, through torch.profiler: the peers'
+counterpart of zt_bench_gpt2 --kernel-trace (bench/kernel_trace.h). Prints the table on stderr
+and returns the largest rows for the benchmark's JSON line."""
+import sys
+
+import torch
+
+
+def kernel_trace(step, n, step_ms, top=40):
+    """Runs `step` n more times under the profiler; per-step milliseconds by kernel name."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    totals = {}
+    for ev in prof.events():
+        if ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        name = ev.name if len(ev.name) <= 96 else ev.name[:93] + "..."
+        t = totals.setdefault(name, [0.0, 0])
+        t[0] += ev.device_time / 1000.0  # us -> ms
+        t[1] += 1
+    rows = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    total = sum(v[0] for _, v in rows)
+    print(f"kernel trace: {total / n:.2f} ms of GPU work per step in "
+          f"{sum(v[1] for _, v in rows) / n:.0f} launches (step {step_ms:.2f} ms, busy "
+          f"{100 * total / n / step_ms:.1f}%)", file=sys.stderr)
+    for name, (ms, cnt) in rows[:top]:
+        print(f"  {ms / n:8.3f} ms {100 * ms / total:5.1f}% {cnt / n:6.0f}x  {name}",
+              file=sys.stderr)
+    return [{"name": k, "ms_per_step": v[0] / n, "launches_per_step": v[1] / n}
+            for k, v in rows[:top]]
