@@ -29,9 +29,9 @@ namespace zt::tools {
 zero::ZeroOptions estimate_zero_options(const DeepSpeedConfig& config, EstimateDevice device) {
   // The engine's own rule (runtime/engine.h); the device decides the compute dtype (the CPU
   // computes in f32) and whether offload moves anything.
-  return zero_options_from_config(
-      config, device == EstimateDevice::kCuda ? Device::cuda(0) : Device::cpu(),
-      optimizer_spec_from_config(config));
+  return zero_options_from_config(config,
+                                  device == EstimateDevice::kCuda ? Device::cuda(0) : Device::cpu(),
+                                  optimizer_spec_from_config(config));
 }
 
 namespace {
@@ -159,7 +159,8 @@ class Walk {
     m_.release(datty);
   }
 
-  // Mlp::forward: keeps h_ (the up projection's output); the activation is a temporary.
+  // Mlp::forward: keeps h_ (the up projection's output); the activation is a temporary (both from
+  // one GEMM when the activation is fused: the same two buffers, in the same order).
   int mlp_forward(nn::Linear& up, nn::Linear& down, int& h) {
     h = linear_forward({s_.C, s_.U, &up.adapters()}, Kind::kActivation);
     int act = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);
@@ -168,6 +169,17 @@ class Walk {
     return y;
   }
   void mlp_backward(nn::Linear& up, nn::Linear& down, int& h) {
+    if (s_.U == s_.F && down.fusable()) {
+      // Not gated, no adapter on down: the activation's backward runs in down's din GEMM
+      // (Linear::backward_act), which writes dh directly; no separate da.
+      int dh = m_.alloc(s_.N * s_.U * s_.d, Kind::kTemporary);
+      int act = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);  // recomputed
+      m_.release(act);
+      linear_backward({s_.C, s_.U, &up.adapters()});
+      m_.release(h);
+      m_.release(dh);
+      return;
+    }
     int da = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);
     int act = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);  // recomputed
     linear_backward({s_.F, s_.C, &down.adapters()});
@@ -574,8 +586,8 @@ MemoryPrediction predict_memory(nn::Transformer& model, const DeepSpeedConfig& c
     }
     if (largest_param_block > 0) {
       // The parameter file's staging ring (buffer_count) and the step's two aligned outputs.
-      p.host_staging += std::max(2, zo.param_buffer_count) * largest_param_block +
-                        2 * aio::align_up(piece * s.d);
+      p.host_staging +=
+          std::max(2, zo.param_buffer_count) * largest_param_block + 2 * aio::align_up(piece * s.d);
     }
   }
   if (to_host) p.host_checkpoints = c.n_layer * s.N * s.C * s.d;

@@ -152,8 +152,8 @@ ColsDims cols_dims(const Tensor& in, const Tensor& weight, const Tensor& wide, i
   ZT_ASSERT(in.ndim() >= 1 && in.size(-1) == K, "{}: in {} does not end in K = {}", op,
             in.shape().str(), K);
   const int64_t N = in.numel() / K;
-  ZT_ASSERT(wide.ndim() >= 1 && wide.numel() == N * wide.size(-1), "{}: {} {} is not (N, Y), N = {}",
-            op, wide_name, wide.shape().str(), N);
+  ZT_ASSERT(wide.ndim() >= 1 && wide.numel() == N * wide.size(-1),
+            "{}: {} {} is not (N, Y), N = {}", op, wide_name, wide.shape().str(), N);
   const int64_t Y = wide.size(-1);
   ZT_ASSERT(col0 >= 0 && col0 + M <= Y, "{}: columns [{}, {}) are outside {} {}", op, col0,
             col0 + M, wide_name, wide.shape().str());
@@ -198,8 +198,9 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
             "{}: dout, in, weight (and din) must share the CPU compute dtype f32 or f64", op);
   ZT_ASSERT(!din || din->numel() == d.N * d.K, "{}: din {} is not (N,K) = ({},{})", op,
             din ? din->shape().str() : "", d.N, d.K);
-  ZT_ASSERT(!with_dweight || (dweight.dtype() == accum_dtype(dt) && dweight.shape() == weight.shape()),
-            "{}: dweight must be the accum dtype with weight's shape {}", op, weight.shape().str());
+  ZT_ASSERT(
+      !with_dweight || (dweight.dtype() == accum_dtype(dt) && dweight.shape() == weight.shape()),
+      "{}: dweight must be the accum dtype with weight's shape {}", op, weight.shape().str());
   if (d.N == 0 || d.M == 0) return;
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -219,6 +220,20 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
   } else {
     run(double{});
   }
+}
+
+// The fused forms are the plain ops in sequence here (nothing to fuse on the CPU).
+void matmul_act_forward(Tensor& out, Tensor& pre, const Tensor& in, const Tensor& weight,
+                        const Tensor* bias, Activation act, const Stream& s) {
+  cpu::matmul_forward(pre, in, weight, bias, s);
+  cpu::activation_forward(out, pre, act, s);
+}
+
+void matmul_backward_act(Tensor& dpre, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                         const Tensor& in, const Tensor& weight, const Tensor& pre, Activation act,
+                         const Stream& s) {
+  cpu::matmul_backward(&dpre, dweight, dbias, dout, in, weight, s);
+  cpu::activation_backward(dpre, dpre, pre, act, s);
 }
 
 }  // namespace zt::kernels::cpu

@@ -95,7 +95,9 @@ uint32_t alignment(const void* p, int64_t stride_elems, DType d, int64_t batch, 
 }
 
 // C's row stride: ldc, or its row length (cols) when contiguous.
-int64_t ldc_of(const GemmArgs& g) { return g.ldc > 0 ? g.ldc : g.cols; }
+int64_t ldc_of(const GemmArgs& g) {
+  return g.ldc > 0 ? g.ldc : g.cols;
+}
 
 cublasOperation_t op_of(Transpose t) {
   return t == Transpose::kYes ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -155,7 +157,12 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t t, uint64_t rows, uint64_t col
   return l;
 }
 
-enum class Epilogue : unsigned char { kNone, kBias };
+enum class Epilogue : unsigned char { kNone, kBias, kAct };
+
+void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* v,
+              size_t size) {
+  ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, v, size));
+}
 
 // One cuBLASLt attempt; false when its heuristic offers no algorithm for this problem.
 bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStream_t stream) {
@@ -169,30 +176,39 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
                                                  sizeof(p.first.op)));
   ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p.second.op,
                                                  sizeof(p.second.op)));
-  if (epilogue == Epilogue::kBias) {
-    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-    ZT_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e)));
-    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
-                                                   sizeof(g.bias)));
-    const int32_t bias_type = c;
-    ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                   &bias_type, sizeof(bias_type)));
+  const bool with_bias = epilogue != Epilogue::kNone && g.bias != nullptr;
+  if (epilogue != Epilogue::kNone) {
+    cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
+    if (epilogue == Epilogue::kAct) {
+      e = g.act == GemmAct::kDgelu ? CUBLASLT_EPILOGUE_DGELU
+          : with_bias              ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                   : CUBLASLT_EPILOGUE_GELU_AUX;
+      // The aux matrix has C's column-major shape (m x n) and leading dimension.
+      const int64_t aux_ld = static_cast<int64_t>(p.m);
+      const int32_t aux_type = c;
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux));
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld));
+      set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type));
+    }
+    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof(e));
+    if (with_bias) {
+      set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias));
+      const int32_t bias_type = c;
+      set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type));
+    }
   }
   cublasLtMatrixLayout_t la =
       make_layout(ab, p.first.rows, p.first.cols, p.first.ld, g.batch, p.first.stride);
   cublasLtMatrixLayout_t lb =
       make_layout(ab, p.second.rows, p.second.cols, p.second.ld, g.batch, p.second.stride);
-  cublasLtMatrixLayout_t lc =
-      make_layout(c, p.m, p.n, ldc_of(g), g.batch, g.stride_c);
+  cublasLtMatrixLayout_t lc = make_layout(c, p.m, p.n, ldc_of(g), g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws_bytes = kWorkspaceBytes;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
-  const uint32_t align_a =
-      alignment(p.first.data, p.first.stride, g.ab_dtype, g.batch, p.first.ld);
+  const uint32_t align_a = alignment(p.first.data, p.first.stride, g.ab_dtype, g.batch, p.first.ld);
   const uint32_t align_b =
       alignment(p.second.data, p.second.stride, g.ab_dtype, g.batch, p.second.ld);
   const uint32_t align_c = alignment(g.c, g.stride_c, g.c_dtype, g.batch, ldc_of(g));
@@ -258,6 +274,19 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
   if (g.bias != nullptr && gemm_lt(g, p, Epilogue::kBias, stream)) return;
   if (!gemm_lt(g, p, Epilogue::kNone, stream)) gemm_blas(g, p, stream);
   if (g.bias != nullptr) bias_add_rows(g.c, g.bias, g.rows, g.cols, g.c_dtype, stream);
+}
+
+bool gemm_act(const GemmArgs& g, cudaStream_t stream) {
+  ZT_ASSERT(g.act != GemmAct::kNone && g.aux != nullptr, "gemm_act: no activation or aux matrix");
+  ZT_ASSERT(g.rows >= 0 && g.cols >= 0 && g.inner > 0,
+            "gemm_act: bad sizes rows {} cols {} inner {}", g.rows, g.cols, g.inner);
+  ZT_ASSERT(g.batch == 1 && g.lda == 0 && g.ldb == 0 && g.ldc == 0 && g.c_dtype == g.ab_dtype,
+            "gemm_act: unbatched, contiguous, C in the A/B dtype only");
+  ZT_ASSERT(g.act != GemmAct::kDgelu || g.bias == nullptr, "gemm_act: no bias with kDgelu");
+  if (g.rows == 0 || g.cols == 0) return true;
+  // cuBLASLt wants the aux matrix's leading dimension a multiple of 8 and the matrix aligned.
+  if (g.cols % 8 != 0 || reinterpret_cast<uintptr_t>(g.aux) % 16 != 0) return false;
+  return gemm_lt(g, lt_problem(g), Epilogue::kAct, stream);
 }
 
 }  // namespace zt::kernels::cuda

@@ -26,6 +26,11 @@ namespace zt::kernels::cuda {
 
 enum class Transpose : unsigned char { kNo = 0, kYes = 1 };
 
+// An activation applied in cuBLASLt's epilogue (GELU, tanh form). kGelu: C = gelu(result [+ bias])
+// and aux = result [+ bias] (the GELU's input, which its backward needs). kDgelu: C = result *
+// gelu'(aux), aux being that input (the GELU's backward fused into the GEMM before it).
+enum class GemmAct : unsigned char { kNone, kGelu, kDgelu };
+
 // C[b] (rows x cols) = alpha op(A[b]) (rows x inner) @ op(B[b]) (inner x cols) + beta C[b]
 // (+ bias (cols) added to every row, when given), for b in [0, batch). All row-major; matrix b of
 // X starts `stride_x` elements after matrix b-1. A and B share `ab_dtype`; C (and bias) are
@@ -54,12 +59,21 @@ struct GemmArgs {
   int64_t lda = 0;
   int64_t ldb = 0;
   int64_t ldc = 0;
+  // The activation epilogue (gemm_act only): aux is (rows x cols) of c_dtype, contiguous rows.
+  GemmAct act = GemmAct::kNone;
+  void* aux = nullptr;
 };
 
 // Runs the GEMM on `stream` of the current device: cuBLASLt with the bias epilogue; when cuBLASLt
 // offers no algorithm for the layout (odd leading dimensions or alignments), cuBLASLt without the
 // epilogue plus bias_add_rows, then cublasGemmStridedBatchedEx. No host synchronisation.
 void gemm(const GemmArgs& args, cudaStream_t stream);
+
+// The GEMM with args.act in cuBLASLt's epilogue (unbatched, contiguous, C in the A/B dtype). False,
+// having done nothing, when cuBLASLt offers no algorithm for it or the layout does not allow the
+// epilogue's aux matrix (cols a multiple of 8, 16-byte aligned): the caller then runs the GEMM and
+// the activation's own kernel.
+bool gemm_act(const GemmArgs& args, cudaStream_t stream);
 
 // c (rows x cols, dtype) += bias (cols) on every row. Defined in matmul.cu.
 void bias_add_rows(void* c, const void* bias, int64_t rows, int64_t cols, DType dtype,

@@ -43,6 +43,36 @@ DType gemm_dtype_check(const Tensor& in, const Tensor& weight, const char* op) {
   return in.dtype();
 }
 
+// out (N,M) = in (N,K) @ weight (M,K)^T (+ bias): the forward GEMM.
+GemmArgs forward_gemm(void* out, const Tensor& in, const Tensor& weight, const Tensor* bias) {
+  GemmArgs g;
+  g.rows = in.numel() / weight.size(1);
+  g.cols = weight.size(0);
+  g.inner = weight.size(1);
+  g.a = in.data();
+  g.b = weight.data();
+  g.trans_b = Transpose::kYes;  // weight is stored (M, K)
+  g.c = out;
+  g.ab_dtype = in.dtype();
+  g.c_dtype = in.dtype();
+  g.bias = bias != nullptr ? bias->data() : nullptr;
+  return g;
+}
+
+// din (N,K) = dout (N,M) @ weight (M,K): the input gradient's GEMM.
+GemmArgs din_gemm(void* din, const Tensor& dout, const Tensor& weight) {
+  GemmArgs g;
+  g.rows = dout.numel() / weight.size(0);
+  g.cols = weight.size(1);
+  g.inner = weight.size(0);
+  g.a = dout.data();
+  g.b = weight.data();
+  g.c = din;
+  g.ab_dtype = dout.dtype();
+  g.c_dtype = dout.dtype();
+  return g;
+}
+
 }  // namespace
 
 void bias_add_rows(void* c, const void* bias, int64_t rows, int64_t cols, DType dtype,
@@ -70,18 +100,7 @@ void matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const T
     check_numel(*bias, M, op, "bias");
   }
   DeviceGuard guard(in.device());
-  GemmArgs g;
-  g.rows = N;
-  g.cols = M;
-  g.inner = K;
-  g.a = in.data();
-  g.b = weight.data();
-  g.trans_b = Transpose::kYes;  // weight is stored (M, K)
-  g.c = out.data();
-  g.ab_dtype = dt;
-  g.c_dtype = dt;
-  g.bias = bias != nullptr ? bias->data() : nullptr;
-  gemm(g, stream_of(s));
+  gemm(forward_gemm(out.data(), in, weight, bias), stream_of(s));
 }
 
 void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& dout,
@@ -103,16 +122,7 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   if (din != nullptr) {
     check_dtype(*din, dt, op, "din");
     check_numel(*din, N * K, op, "din");
-    GemmArgs g;  // din (N,K) = dout (N,M) @ weight (M,K)
-    g.rows = N;
-    g.cols = K;
-    g.inner = M;
-    g.a = dout.data();
-    g.b = weight.data();
-    g.c = din->data();
-    g.ab_dtype = dt;
-    g.c_dtype = dt;
-    gemm(g, stream);
+    gemm(din_gemm(din->data(), dout, weight), stream);
   }
   if (dweight.defined()) {
     GemmArgs g;  // dweight (M,K) += dout^T (M,N) @ in (N,K)
@@ -143,6 +153,59 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
       }
     });
   }
+}
+
+void matmul_act_forward(Tensor& out, Tensor& pre, const Tensor& in, const Tensor& weight,
+                        const Tensor* bias, Activation act, const Stream& s) {
+  const char* op = "matmul_act_forward";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const int64_t M = weight.size(0), K = weight.size(1), N = in.numel() / K;
+  check_dtype(out, dt, op, "out");
+  check_numel(out, N * M, op, "out");
+  check_dtype(pre, dt, op, "pre");
+  check_numel(pre, N * M, op, "pre");
+  if (bias != nullptr) {
+    check_dtype(*bias, dt, op, "bias");
+    check_numel(*bias, M, op, "bias");
+  }
+  DeviceGuard guard(in.device());
+  if (act == Activation::kGeluTanh) {
+    // out = gelu(in @ weight^T + bias), pre = in @ weight^T + bias
+    GemmArgs g = forward_gemm(out.data(), in, weight, bias);
+    g.act = GemmAct::kGelu;
+    g.aux = pre.data();
+    if (gemm_act(g, stream_of(s))) return;
+  }
+  cuda::matmul_forward(pre, in, weight, bias, s);
+  cuda::activation_forward(out, pre, act, s);
+}
+
+void matmul_backward_act(Tensor& dpre, Tensor& dweight, Tensor* dbias, const Tensor& dout,
+                         const Tensor& in, const Tensor& weight, const Tensor& pre, Activation act,
+                         const Stream& s) {
+  const char* op = "matmul_backward_act";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const int64_t M = weight.size(0), K = weight.size(1), N = in.numel() / K;
+  check_dtype(dpre, dt, op, "dpre");
+  check_numel(dpre, N * K, op, "dpre");
+  check_dtype(pre, dt, op, "pre");
+  check_numel(pre, N * K, op, "pre");
+  check_dtype(dout, dt, op, "dout");
+  check_numel(dout, N * M, op, "dout");
+  DeviceGuard guard(in.device());
+  if (act == Activation::kGeluTanh) {
+    cuda::matmul_backward(nullptr, dweight, dbias, dout, in, weight, s);
+    // dpre (N,K) = (dout (N,M) @ weight (M,K)) * gelu'(pre)
+    GemmArgs g = din_gemm(dpre.data(), dout, weight);
+    g.act = GemmAct::kDgelu;
+    g.aux = pre.data();
+    if (gemm_act(g, stream_of(s))) return;
+    Tensor unused;  // the parameter gradients are done: din alone, then the derivative
+    cuda::matmul_backward(&dpre, unused, nullptr, dout, in, weight, s);
+  } else {
+    cuda::matmul_backward(&dpre, dweight, dbias, dout, in, weight, s);
+  }
+  cuda::activation_backward(dpre, dpre, pre, act, s);
 }
 
 // (N, K, M, Y) of a column-block matmul: in (N,K), weight (M,K), wide (N,Y), col0 + M <= Y.

@@ -48,9 +48,8 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
   const Tensor dout2 = dout.reshape(as_rows(dout, out_));
   const int64_t N = x2.size(0);
   // A frozen unit's weight and bias have no gradient buffers: undefined skips them.
-  kernels::matmul_backward(din != nullptr ? &din2 : nullptr, weight_->grad,
-                           bias_ != nullptr && bias_->grad.defined() ? &bias_->grad : nullptr,
-                           dout2, x2, weight_->value, s);
+  kernels::matmul_backward(din != nullptr ? &din2 : nullptr, weight_->grad, bias_grad(), dout2, x2,
+                           weight_->value, s);
   for (const LoraAdapter& a : adapters_) {
     // With g = scale * dout[:, rows] (read in place, never copied) and u = h A^T (recomputed:
     // r values a row): du = g B, dB += g^T u; dA += du^T h, dx += dropout(du A).
@@ -75,6 +74,31 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
                                     /*din_accumulate=*/true, s);
     }
   }
+}
+
+Tensor Linear::forward_act(Context& ctx, const Tensor& x, kernels::Activation act,
+                           Tensor& pre) const {
+  ZT_ASSERT(fusable(),
+            "Linear::forward_act: a layer with adapters runs forward and the activation");
+  Tensor x2 = x.reshape(as_rows(x, in_));
+  const int64_t N = x2.size(0);
+  pre = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
+  Tensor y = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
+  kernels::matmul_act_forward(y, pre, x2, weight_->value,
+                              bias_ != nullptr ? &bias_->value : nullptr, act, ctx.stream);
+  return y;
+}
+
+void Linear::backward_act(Context& ctx, const Tensor& dout, const Tensor& x, const Tensor& pre_in,
+                          kernels::Activation act, Tensor& dpre_in) const {
+  ZT_ASSERT(fusable(),
+            "Linear::backward_act: a layer with adapters runs backward and the "
+            "activation's backward");
+  const Tensor x2 = x.reshape(as_rows(x, in_));
+  Tensor dpre2 = dpre_in.reshape(as_rows(dpre_in, in_));
+  kernels::matmul_backward_act(dpre2, weight_->grad, bias_grad(), dout.reshape(as_rows(dout, out_)),
+                               x2, weight_->value, pre_in.reshape(as_rows(pre_in, in_)), act,
+                               ctx.stream);
 }
 
 }  // namespace zt::nn

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "zt/kernels/ops.h"
 #include "zt/nn/layer.h"
 
 namespace zt::nn {
@@ -35,6 +36,10 @@ class Linear {
   int64_t out_features() const { return out_; }
   Param& weight() const { return *weight_; }
   Param* bias() const { return bias_; }
+  // The bias's gradient buffer, or null (no bias, or a frozen unit's, unbound).
+  Tensor* bias_grad() const {
+    return bias_ != nullptr && bias_->grad.defined() ? &bias_->grad : nullptr;
+  }
   void add_adapter(const LoraAdapter& adapter) { adapters_.push_back(adapter); }
   const std::vector<LoraAdapter>& adapters() const { return adapters_; }
 
@@ -43,6 +48,15 @@ class Linear {
   // din (N, in) is written when not null; the parameters' gradients accumulate (those of a
   // frozen unit, unbound, are skipped). `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const;
+
+  // With an activation fused into the GEMM (kernels::matmul_act_forward and
+  // matmul_backward_act), for layers without adapters (fusable()): forward_act returns act(y)
+  // and writes y to `pre`; backward_act's x is act(pre_in) and it writes dpre_in = din *
+  // act'(pre_in), the gradient of the activation's input, instead of din.
+  bool fusable() const { return adapters_.empty(); }
+  Tensor forward_act(Context& ctx, const Tensor& x, kernels::Activation act, Tensor& pre) const;
+  void backward_act(Context& ctx, const Tensor& dout, const Tensor& x, const Tensor& pre_in,
+                    kernels::Activation act, Tensor& dpre_in) const;
 
  private:
   int64_t in_, out_;

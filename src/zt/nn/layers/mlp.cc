@@ -23,21 +23,32 @@ Tensor Mlp::activate(Context& ctx, const Tensor& h) const {
 }
 
 Tensor Mlp::forward(Context& ctx, const Tensor& x) {
+  if (config_.gated == Gated::kNo && up_.fusable()) {
+    // The activation in the up projection's GEMM (cuBLASLt's epilogue on CUDA).
+    return down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_));
+  }
   h_ = up_.forward(ctx, x);
   return down_.forward(ctx, activate(ctx, h_));
 }
 
 void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {
   const int64_t N = h_.size(0);
-  Tensor da = Tensor::empty({N, config_.inner}, ctx.compute_dtype, ctx.device, ctx.stream);
-  down_.backward(ctx, dout, activate(ctx, h_), &da);
-  Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
-  if (config_.gated == Gated::kYes) {
-    kernels::swiglu_backward(dh, da, h_, ctx.stream);
+  if (config_.gated == Gated::kNo && down_.fusable()) {
+    // The activation's backward in the down projection's din GEMM: no separate da.
+    Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
+    down_.backward_act(ctx, dout, activate(ctx, h_), h_, config_.act, dh);
+    up_.backward(ctx, dh, x, &dx);
   } else {
-    kernels::activation_backward(dh, da, h_, config_.act, ctx.stream);
+    Tensor da = Tensor::empty({N, config_.inner}, ctx.compute_dtype, ctx.device, ctx.stream);
+    down_.backward(ctx, dout, activate(ctx, h_), &da);
+    Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
+    if (config_.gated == Gated::kYes) {
+      kernels::swiglu_backward(dh, da, h_, ctx.stream);
+    } else {
+      kernels::activation_backward(dh, da, h_, config_.act, ctx.stream);
+    }
+    up_.backward(ctx, dh, x, &dx);
   }
-  up_.backward(ctx, dh, x, &dx);
   release();
 }
 
