@@ -7,7 +7,8 @@
 //     each thread keeps kV consecutive columns (one 16-byte load per input row when kV > 1) and
 //     walks every kColRows-th row of the split; the block adds its kColRows row-threads in shared
 //     memory and writes the split's partial sums, partial[o][split][c].
-//  2. column_finish_kernel adds the splits in order onto dst[o].
+//  2. column_finish_kernel adds the splits onto dst[o] in a fixed order (kColRows interleaved
+//     runs, then their sums in order).
 // The term is a functor F with
 //   __device__ void operator()(int64_t row, int64_t c0, float (&acc)[kOut][kV]) const
 // that adds row `row`, columns [c0, c0 + kV) into acc. column_reduce() picks the splits (about
@@ -62,17 +63,31 @@ __global__ void __launch_bounds__(kWarpSize* kColRows)
   }
 }
 
+// Block (32, kColRows): 32 columns; row-thread y adds splits y, y + kColRows, ..., then the
+// kColRows sums are added in order in shared memory. Deterministic (a fixed order throughout).
 template <int kOut>
-__global__ void column_finish_kernel(ColumnDst<kOut> dst, const float* partial, int splits,
-                                     int64_t C) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
+__global__ void __launch_bounds__(kWarpSize* kColRows)
+    column_finish_kernel(ColumnDst<kOut> dst, const float* partial, int splits, int64_t C) {
+  __shared__ float s_sum[kColRows][kWarpSize];
+  const int64_t c = blockIdx.x * static_cast<int64_t>(kWarpSize) + threadIdx.x;
 #pragma unroll
   for (int o = 0; o < kOut; ++o) {
-    if (dst.p[o] == nullptr) continue;
+    if (dst.p[o] == nullptr) continue;  // (uniform across the block)
     float v = 0.0f;
-    for (int s = 0; s < splits; ++s) v += partial[(static_cast<int64_t>(o) * splits + s) * C + c];
-    dst.p[o][c] += v;
+    if (c < C) {
+      for (int sp = threadIdx.y; sp < splits; sp += kColRows) {
+        v += partial[(static_cast<int64_t>(o) * splits + sp) * C + c];
+      }
+    }
+    s_sum[threadIdx.y][threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+      float total = 0.0f;
+#pragma unroll
+      for (int y = 0; y < kColRows; ++y) total += s_sum[y][threadIdx.x];
+      dst.p[o][c] += total;
+    }
+    __syncthreads();
   }
 }
 
@@ -93,9 +108,8 @@ void column_reduce(ColumnDst<kOut> dst, int64_t rows, int64_t C, const F& term, 
   column_partial_kernel<kV, kOut, F><<<grid, block, 0, stream_of(s)>>>(
       static_cast<float*>(partial.data()), rows, rows_per_split, C, term);
   ZT_CUDA_CHECK_LAUNCH();
-  constexpr int kThreads = 256;
   column_finish_kernel<kOut>
-      <<<static_cast<unsigned>(ceil_div(C, kThreads)), kThreads, 0, stream_of(s)>>>(
+      <<<static_cast<unsigned>(ceil_div(C, kWarpSize)), block, 0, stream_of(s)>>>(
           dst, static_cast<const float*>(partial.data()), static_cast<int>(splits), C);
   ZT_CUDA_CHECK_LAUNCH();
 }

@@ -130,6 +130,16 @@ __device__ __forceinline__ void load_f32(float (&out)[kV], const T* p) {
     out[0] = to_f32(p[0]);
   }
 }
+// The same from p, or zeros when p is null (an optional operand, such as a residual gradient).
+template <typename T, int kV>
+__device__ __forceinline__ void load_f32_or_zero(float (&out)[kV], const T* p) {
+  if (p != nullptr) {
+    load_f32<T, kV>(out, p);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kV; ++k) out[k] = 0.0f;
+  }
+}
 template <typename T, int kV>
 __device__ __forceinline__ void store_from_f32(T* p, const float (&in)[kV]) {
   if constexpr (kV > 1) {

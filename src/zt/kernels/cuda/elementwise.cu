@@ -98,19 +98,6 @@ __global__ void add_inplace_kernel(T* out, const T* in, int64_t n) {
   }
 }
 
-// The 16-bit and f32 add, n_vec chunks of kV elements.
-template <typename T, int kV>
-__global__ void add_inplace_vec_kernel(T* out, const T* in, int64_t n_vec) {
-  ZT_GRID_STRIDE(i, n_vec) {
-    float x[kV], y[kV];
-    load_f32<T, kV>(x, out + i * kV);
-    load_f32<T, kV>(y, in + i * kV);
-#pragma unroll
-    for (int k = 0; k < kV; ++k) x[k] += y[k];
-    store_from_f32<T, kV>(out + i * kV, x);
-  }
-}
-
 template <typename D, typename S>
 __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
   ZT_GRID_STRIDE(i, n) {
@@ -221,9 +208,9 @@ void add_inplace(Tensor& out, const Tensor& in, const Stream& s) {
     } else {
       by_vector_width<T>(
           n,
-          [&]<int V>() {
-            add_inplace_vec_kernel<T, V><<<grid_for(n / V, kThreads), kThreads, 0, stream_of(s)>>>(
-                ptr<T>(out), ptr<const T>(in), n / V);
+          [&]<int V>() {  // out = out + in: each thread reads its chunk before writing it
+            residual_forward_kernel<T, V><<<grid_for(n / V, kThreads), kThreads, 0, stream_of(s)>>>(
+                ptr<T>(out), ptr<const T>(out), ptr<const T>(in), n / V);
           },
           ptr<T>(out), ptr<const T>(in));
     }

@@ -95,12 +95,7 @@ __global__ void layernorm_backward_kernel(T* din, const T* dout, const T* in, co
     load_f32<T, kV>(gv, g + c);
     load_f32<T, kV>(xv, x + c);
     load_f32<T, kV>(wv, weight + c);
-    if (dres != nullptr) {
-      load_f32<T, kV>(rv, dres + c);
-    } else {
-#pragma unroll
-      for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
-    }
+    load_f32_or_zero<T, kV>(rv, dres != nullptr ? dres + c : nullptr);
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
       const float norm = (xv[k] - m) * r;

@@ -1,7 +1,9 @@
 // Multi-tensor apply for the optimizers (after apex's multi_tensor_apply): one launch updates many
 // flat f32 chunks. The chunk pointers and a block -> (chunk, tile) table travel in a kernel
-// parameter struct of fixed capacity (under the classic 4 KiB parameter limit), so there is no
-// host-to-device copy and no synchronisation; more chunks or tiles than fit take more launches.
+// parameter struct of fixed capacity (about 12 KiB: CUDA 12.1+ takes kernel parameters up to
+// 32 KiB on Volta and later), so there is no host-to-device copy and no synchronisation; more
+// chunks or tiles than fit take more launches. A launch covers up to kMtMaxBlocks tiles (10M
+// elements): enough that the ramp-up and drain of each launch stay a small part of it.
 // Each block updates one tile of kMtTile elements, four at a time with 128-bit loads when every
 // pointer of the chunk is aligned. An Op says which arrays it loads and stores (compile-time
 // masks) and what it does to one element; the updated parameter is also written to the chunk's
@@ -17,8 +19,8 @@
 
 namespace zt::kernels::cuda {
 
-constexpr int kMtMaxChunks = 36;
-constexpr int kMtMaxBlocks = 320;
+constexpr int kMtMaxChunks = 96;
+constexpr int kMtMaxBlocks = 1280;
 constexpr int kMtThreads = 256;
 constexpr int64_t kMtTile = 8192;  // elements per block: 8 vectors of 4 per thread
 
@@ -42,7 +44,7 @@ struct MtBatch {
   unsigned char block_chunk[kMtMaxBlocks];
   int32_t block_tile[kMtMaxBlocks];
 };
-static_assert(sizeof(MtBatch) <= 4000, "multi-tensor batch must fit the kernel parameter space");
+static_assert(sizeof(MtBatch) <= 16384, "multi-tensor batch must fit the kernel parameter space");
 static_assert(kMtMaxChunks <= 256, "block_chunk is one byte");
 
 // Which arrays of a chunk an Op touches.
