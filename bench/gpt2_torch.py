@@ -2,7 +2,7 @@
 tanh GELU, padded vocabulary), batch, sequence length and precision (bf16 autocast, fp32 master
 weights, fused AdamW, clipping 1.0), each step timed with CUDA events after warm-up. Prints one
 JSON line. --compile runs it under torch.compile; --kernel-trace N adds the kernel-by-kernel
-table of N more steps (bench/torch_trace.py)."""
+table of N more steps (bench/torch_timing.py)."""
 import argparse
 import json
 import math
@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_trace import kernel_trace
+from torch_timing import kernel_trace, time_steps
 
 SIZES = {"gpt2": (12, 12, 768), "gpt2-medium": (24, 16, 1024), "gpt2-large": (36, 20, 1280),
          "gpt2-xl": (48, 25, 1600), "gpt-1.3b": (24, 16, 2048), "gpt-2.7b": (32, 32, 2560),
@@ -89,7 +89,6 @@ def main():
     step_fn = model
     if a.compile:
         step_fn = torch.compile(model)
-    times, losses = [], []
 
     def train_step():
         x = torch.randint(0, 50257, (a.batch, a.seq + 1), device="cuda")
@@ -101,18 +100,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    torch.cuda.reset_peak_memory_stats()
-    for s in range(a.warmup + a.steps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if s == a.warmup:
-            torch.cuda.reset_peak_memory_stats()
-        start.record()
-        loss = train_step()
-        stop.record()
-        stop.synchronize()
-        losses.append(loss.item())
-        if s >= a.warmup:
-            times.append(start.elapsed_time(stop))
+    times, losses = time_steps(train_step, a.warmup, a.steps)
     med = statistics.median(times)
     kernels = kernel_trace(train_step, a.kernel_trace, med) if a.kernel_trace > 0 else []
     print(json.dumps({"impl": "torch.compile" if a.compile else "torch-eager", "model": a.model,

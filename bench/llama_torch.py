@@ -34,7 +34,7 @@ import statistics
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from torch_trace import kernel_trace
+from torch_timing import kernel_trace, time_steps
 
 # name: (layers, heads, KV heads, hidden, intermediate, tied head), as src/zt/nn/models/registry.cc.
 SHAPES = {"llama-tiny": (4, 4, 2, 128, 352, True), "llama-1b": (16, 32, 8, 2048, 8192, True),
@@ -175,7 +175,6 @@ def main():
     params = sum(q.numel() for q in model.parameters())
     n_train = sum(q.numel() for q in trainable)
     flops_tok = flops_per_token(base, a.seq)
-    times, losses = [], []
 
     def train_step():
         x = torch.randint(0, vocab, (a.batch, a.seq), device="cuda")
@@ -187,17 +186,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss
 
-    for s in range(a.warmup + a.steps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if s == a.warmup:
-            torch.cuda.reset_peak_memory_stats()
-        start.record()
-        loss = train_step()
-        stop.record()
-        stop.synchronize()
-        losses.append(loss.item())
-        if s >= a.warmup:
-            times.append(start.elapsed_time(stop))
+    times, losses = time_steps(train_step, a.warmup, a.steps)
     med = statistics.median(times)
     kernels = []
     if a.kernel_trace > 0:

@@ -1,13 +1,33 @@
-"""Kernel-by-kernel GPU time of a PyTorch training step, through torch.profiler: the peers'
-counterpart of zt_bench_gpt2 --kernel-trace (bench/kernel_trace.h). Prints the table on stderr
-and returns the largest rows for the benchmark's JSON line."""
+"""Timing of the PyTorch peers' training steps, shared by bench/gpt2_torch.py and
+bench/llama_torch.py: each step between CUDA events after warm-up (time_steps), and the
+kernel-by-kernel GPU time of more steps through torch.profiler (kernel_trace), the peers'
+counterpart of zt_bench_gpt2 --kernel-trace (bench/kernel_trace.h)."""
 import sys
 
 import torch
 
 
+def time_steps(step, warmup, steps):
+    """Runs `step` (returning the loss) warmup + steps times, each between CUDA events; the peak
+    memory counts from the first timed step. Returns (milliseconds of the timed steps, losses)."""
+    times, losses = [], []
+    for s in range(warmup + steps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if s == warmup:
+            torch.cuda.reset_peak_memory_stats()
+        start.record()
+        loss = step()
+        stop.record()
+        stop.synchronize()
+        losses.append(loss.item())
+        if s >= warmup:
+            times.append(start.elapsed_time(stop))
+    return times, losses
+
+
 def kernel_trace(step, n, step_ms, top=40):
-    """Runs `step` n more times under the profiler; per-step milliseconds by kernel name."""
+    """Runs `step` n more times under the profiler; per-step milliseconds by kernel name, printed
+    on stderr; returns the `top` largest rows for the JSON line."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(n):

@@ -53,8 +53,11 @@ export_rc=-1
 
 if on tests; then
 echo "== GPU tests"
-"$bin"/zt_gpu_tests --gtest_brief=1 --gtest_output=json:"$out/gpu_tests.json" 2>&1 | tail -40 | tee "$out/gpu_tests.log"
-gpu_rc=${PIPESTATUS[0]}
+"$bin"/zt_gpu_tests --gtest_brief=1 --gtest_output=json:"$out/gpu_tests.json" >"$out/gpu_tests.log" 2>&1
+gpu_rc=$?
+# The failures (with their context) and the summary; the whole log stays in gpu_tests.log.
+grep -B3 -A25 "Failure$\|^\[  FAILED  \]" "$out/gpu_tests.log" | head -150
+tail -3 "$out/gpu_tests.log"
 fi
 
 if on train; then
