@@ -26,7 +26,8 @@
 //
 // --kernel-trace N: after the timed steps, N more steps run under CUPTI's activity tracing and
 // the GPU time of each kernel (summed by name, per step) goes to stderr as a table and into the
-// JSON line as "kernels" (the timed steps are not traced).
+// JSON line as "kernels" (the timed steps are not traced), followed by the GPU's idle stretches
+// between records (the longest, with the work on either side; "gpu_idle_ms_per_step").
 // --zero-keys adds members to the zero_optimization block (needs --stage); --ds-keys adds
 // top-level members (the aio block, wall_clock_breakdown).
 // --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
@@ -52,9 +53,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "zt/checkpoint/model_open.h"
 #include "zt/comm/communicator.h"
 #include "zt/comm/env.h"
-#include "zt/checkpoint/model_open.h"
 #include "zt/runtime/engine.h"
 #include "zt/tasks/lora.h"
 #include "zt/zero/optimizer_offload.h"
@@ -328,8 +329,8 @@ int run(int argc, char** argv) {
     if (!train_step(s)) return 1;
   }
   std::vector<zt::bench::KernelTotal> kernels;
+  zt::bench::KernelTrace trace;
   if (a.kernel_trace > 0 && print) {
-    zt::bench::KernelTrace trace;
     if (trace.start()) {
       const size_t timed = ms.size();
       for (int s = 0; s < a.kernel_trace; ++s) {
@@ -404,7 +405,9 @@ int run(int argc, char** argv) {
   }
   if (!kernels.empty()) {
     zt::bench::kernel_totals_print(kernels, a.kernel_trace, 40, median);
+    zt::bench::idle_gaps_print(trace, a.kernel_trace, 16);
     out["kernels"] = zt::bench::kernel_totals_json(kernels, a.kernel_trace, 40);
+    out["gpu_idle_ms_per_step"] = trace.idle_ms() / a.kernel_trace;
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

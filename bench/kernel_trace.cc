@@ -55,10 +55,16 @@ std::string short_name(const char* mangled) {
   return s;
 }
 
+struct Span {
+  uint64_t start, end;
+  const std::string* name;
+};
+
 struct Totals {
   std::mutex mu;
   std::map<std::string, KernelTotal> by_name;
   std::map<const char*, std::string> names;  // CUPTI's name pointers stay valid: cache them
+  std::vector<Span> spans;                   // every record, for the idle gaps
   void add(const char* raw, uint64_t start, uint64_t end) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = names.find(raw);
@@ -67,6 +73,7 @@ struct Totals {
     t.name = it->second;
     t.ms += static_cast<double>(end - start) * 1e-6;
     ++t.count;
+    spans.push_back({start, end, &it->second});
   }
 };
 Totals& totals() {
@@ -131,6 +138,7 @@ bool KernelTrace::start() {
   {
     std::lock_guard<std::mutex> lock(totals().mu);
     totals().by_name.clear();
+    totals().spans.clear();
   }
   if (!cupti_ok(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
                 "cuptiActivityRegisterCallbacks")) {
@@ -152,10 +160,29 @@ std::vector<KernelTotal> KernelTrace::stop() {
   for (CUpti_ActivityKind k : kKinds) cuptiActivityDisable(k);
 #endif
   std::vector<KernelTotal> out;
+  gaps_.clear();
+  idle_ms_ = 0;
   {
     std::lock_guard<std::mutex> lock(totals().mu);
     for (auto& [name, t] : totals().by_name) out.push_back(t);
+    std::vector<Span>& sp = totals().spans;
+    std::sort(sp.begin(), sp.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    uint64_t busy_until = 0;
+    const std::string* last = nullptr;
+    for (const Span& s : sp) {
+      if (last != nullptr && s.start > busy_until) {
+        const double ms = static_cast<double>(s.start - busy_until) * 1e-6;
+        idle_ms_ += ms;
+        gaps_.push_back({ms, *last, *s.name});
+      }
+      if (s.end > busy_until) {
+        busy_until = s.end;
+        last = s.name;
+      }
+    }
   }
+  std::sort(gaps_.begin(), gaps_.end(),
+            [](const IdleGap& a, const IdleGap& b) { return a.ms > b.ms; });
   std::sort(out.begin(), out.end(),
             [](const KernelTotal& a, const KernelTotal& b) { return a.ms > b.ms; });
   return out;
@@ -200,6 +227,16 @@ void kernel_totals_print(const std::vector<KernelTotal>& totals, int steps, int 
     std::fprintf(stderr, "  %8.3f ms %5.1f%% %6.0fx  %s\n", totals[i].ms / steps,
                  all > 0 ? 100.0 * totals[i].ms / all : 0.0,
                  static_cast<double>(totals[i].count) / steps, totals[i].name.c_str());
+  }
+}
+
+void idle_gaps_print(const KernelTrace& trace, int steps, int top) {
+  std::fprintf(stderr, "GPU idle between records: %.2f ms per step in %zu gaps; the longest:\n",
+               trace.idle_ms() / steps, trace.gaps().size());
+  for (size_t i = 0; i < trace.gaps().size() && static_cast<int>(i) < top; ++i) {
+    const IdleGap& g = trace.gaps()[i];
+    std::fprintf(stderr, "  %8.3f ms  after %s  before %s\n", g.ms, g.after.c_str(),
+                 g.before.c_str());
   }
 }
 

@@ -18,13 +18,31 @@ struct KernelTotal {
   int64_t count = 0;
 };
 
+// A stretch of the traced time with nothing on the GPU: from the end of `after` (the work that
+// finished last) to the start of `before`.
+struct IdleGap {
+  double ms = 0;
+  std::string after, before;
+};
+
 class KernelTrace {
  public:
   // Begins recording. Returns false (and says why on stderr) when CUPTI is not available.
   bool start();
   // Ends recording and returns the totals, largest first.
   std::vector<KernelTotal> stop();
+  // After stop(): the idle stretches between the first and the last record, longest first, and
+  // their sum (GPU idle time of the traced steps, host gaps included).
+  const std::vector<IdleGap>& gaps() const { return gaps_; }
+  double idle_ms() const { return idle_ms_; }
+
+ private:
+  std::vector<IdleGap> gaps_;
+  double idle_ms_ = 0;
 };
+
+// The `top` longest gaps (per-step idle time = idle_ms / steps) on stderr.
+void idle_gaps_print(const KernelTrace& trace, int steps, int top);
 
 // The totals as JSON (per step: divided by `steps`), the `top` largest and the rest summed.
 nlohmann::json kernel_totals_json(const std::vector<KernelTotal>& totals, int steps, int top);
