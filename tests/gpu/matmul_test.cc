@@ -108,6 +108,35 @@ TEST(MatmulCuda, ManyRowsBiasGradientMatchesCpu) {
   check_matmul({8, 512, 64, 96, WithBias::kYes, WithDin::kYes, OnStream::kDefault, 61});
 }
 
+// out = in @ weight^T + bias + residual, the residual added by the GEMM itself (C = residual,
+// beta 1), against the CPU's matmul then add. One rounding on the GPU, of a sum whose parts are
+// exact in f32.
+void check_matmul_residual(int64_t N, int64_t K, int64_t M, bool with_bias, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "N " << N << " K " << K << " M " << M);
+  Tensor in = exact_tensor({N, K}, seed);
+  Tensor weight = exact_tensor({M, K}, seed + 1, 0.5);
+  Tensor bias = exact_tensor({M}, seed + 2);
+  Tensor residual = exact_tensor({N, M}, seed + 3, 4.0);
+  Tensor want = Tensor::empty({N, M}, DType::f32);
+  kernels::matmul_residual_forward(want, in, weight, with_bias ? &bias : nullptr, residual);
+  for (const DtypeCase& d : kComputeDtypes) {
+    SCOPED_TRACE(d.name);
+    Tensor in_d = to_cuda(in, d.dtype), w_d = to_cuda(weight, d.dtype);
+    Tensor b_d = to_cuda(bias, d.dtype), r_d = to_cuda(residual, d.dtype);
+    Tensor out_d = to_cuda(random_tensor({N, M}, DType::f32, seed + 4), d.dtype);
+    kernels::matmul_residual_forward(out_d, in_d, w_d, with_bias ? &b_d : nullptr, r_d);
+    expect_close(values(out_d), values(want), d.rtol * std::sqrt(double(K)), d.rtol, "out");
+    expect_close(values(r_d), values(residual), 1e-30, 0, "residual untouched");
+  }
+}
+
+TEST(MatmulCuda, ResidualAddedInTheGemmMatchesCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  check_matmul_residual(64, 96, 128, true, 71);
+  check_matmul_residual(37, 45, 33, true, 72);  // odd sizes
+  check_matmul_residual(16, 32, 48, false, 73);
+}
+
 TEST(MatmulCuda, BackwardAccumulatesAcrossCalls) {
   ZT_SKIP_WITHOUT_CUDA();
   const int64_t N = 23, K = 17, M = 29;

@@ -205,31 +205,23 @@ class Walk {
   };
 
   int block_forward(nn::TransformerBlock& b, int x, BlockKept& k) {
-    const int64_t NC = s_.N * s_.C;
     const std::vector<nn::Linear*> l = b.linears();  // qkv, attention out, up, down
     k.x = m_.retain(x);
+    // Each branch's last projection writes the residual sum itself (Linear::forward with a
+    // residual): its output is res, res2 or the block's output.
     if (s_.pre_ln) {
       int n1 = norm_forward(s_.N, s_.C, k.norm1, Kind::kTemporary);
-      int a = attention_forward(*l[0], *l[1], k.attn);
+      k.res = attention_forward(*l[0], *l[1], k.attn);
       m_.release(n1);
-      k.res = m_.alloc(NC * s_.d, Kind::kActivation);
       int n2 = norm_forward(s_.N, s_.C, k.norm2, Kind::kTemporary);
-      int mo = mlp_forward(*l[2], *l[3], k.mlp_h);
+      const int out = mlp_forward(*l[2], *l[3], k.mlp_h);
       m_.release(n2);
-      const int out = m_.alloc(NC * s_.d, Kind::kActivation);
-      m_.release(a);
-      m_.release(mo);
       return out;
     }
-    int a = attention_forward(*l[0], *l[1], k.attn);
-    k.res = m_.alloc(NC * s_.d, Kind::kActivation);
+    k.res = attention_forward(*l[0], *l[1], k.attn);
     k.h = norm_forward(s_.N, s_.C, k.norm1, Kind::kActivation);
-    int mo = mlp_forward(*l[2], *l[3], k.mlp_h);
-    k.res2 = m_.alloc(NC * s_.d, Kind::kActivation);
-    const int out = norm_forward(s_.N, s_.C, k.norm2, Kind::kActivation);
-    m_.release(a);
-    m_.release(mo);
-    return out;
+    k.res2 = mlp_forward(*l[2], *l[3], k.mlp_h);
+    return norm_forward(s_.N, s_.C, k.norm2, Kind::kActivation);
   }
 
   int block_backward(nn::TransformerBlock& b, BlockKept& k) {

@@ -223,6 +223,13 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
 }
 
 // The fused forms are the plain ops in sequence here (nothing to fuse on the CPU).
+void matmul_residual_forward(Tensor& out, const Tensor& in, const Tensor& weight,
+                             const Tensor* bias, const Tensor& residual, const Stream& s) {
+  ZT_ASSERT(out.data() != residual.data(), "matmul_residual_forward: out aliases residual");
+  cpu::matmul_forward(out, in, weight, bias, s);
+  cpu::add_inplace(out, residual, s);
+}
+
 void matmul_act_forward(Tensor& out, Tensor& pre, const Tensor& in, const Tensor& weight,
                         const Tensor* bias, Activation act, const Stream& s) {
   cpu::matmul_forward(pre, in, weight, bias, s);

@@ -229,8 +229,9 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
   const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
   if (ok) {
     ZT_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &g.alpha, p.first.data, la, p.second.data, lb,
-                                   &g.beta, g.c, lc, g.c, lc, &result.algo,
-                                   workspace(device, stream), kWorkspaceBytes, stream));
+                                   &g.beta, g.c_in != nullptr ? g.c_in : g.c, lc, g.c, lc,
+                                   &result.algo, workspace(device, stream), kWorkspaceBytes,
+                                   stream));
   }
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   ZT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
@@ -269,10 +270,18 @@ void gemm(const GemmArgs& g, cudaStream_t stream) {
             dtype_name(g.ab_dtype));
   ZT_ASSERT((g.lda == 0 && g.ldb == 0 && g.ldc == 0) || (g.batch == 1 && g.bias == nullptr),
             "gemm: row strides only for unbatched GEMMs without a bias");
+  ZT_ASSERT(g.c_in == nullptr || (g.batch == 1 && g.ldc == 0),
+            "gemm: a separate C input only for unbatched, contiguous GEMMs");
   if (g.rows == 0 || g.cols == 0) return;
   const LtProblem p = lt_problem(g);
   if (g.bias != nullptr && gemm_lt(g, p, Epilogue::kBias, stream)) return;
-  if (!gemm_lt(g, p, Epilogue::kNone, stream)) gemm_blas(g, p, stream);
+  if (!gemm_lt(g, p, Epilogue::kNone, stream)) {
+    if (g.c_in != nullptr) {  // cuBLAS reads C where it writes it: start from a copy of c_in
+      ZT_CUDA_CHECK(cudaMemcpyAsync(g.c, g.c_in, g.rows * g.cols * dtype_size(g.c_dtype),
+                                    cudaMemcpyDeviceToDevice, stream));
+    }
+    gemm_blas(g, p, stream);
+  }
   if (g.bias != nullptr) bias_add_rows(g.c, g.bias, g.rows, g.cols, g.c_dtype, stream);
 }
 

@@ -59,6 +59,9 @@ struct GemmArgs {
   int64_t lda = 0;
   int64_t ldb = 0;
   int64_t ldc = 0;
+  // C's input when it is not the output: c = alpha op(A) op(B) + beta c_in (+ bias), c_in (rows x
+  // cols, c_dtype, contiguous) read, c written (unbatched only). A residual added by the GEMM.
+  const void* c_in = nullptr;
   // The activation epilogue (gemm_act only): aux is (rows x cols) of c_dtype, contiguous rows.
   GemmAct act = GemmAct::kNone;
   void* aux = nullptr;

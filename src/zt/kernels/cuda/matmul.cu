@@ -155,6 +155,28 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   }
 }
 
+void matmul_residual_forward(Tensor& out, const Tensor& in, const Tensor& weight,
+                             const Tensor* bias, const Tensor& residual, const Stream& s) {
+  const char* op = "matmul_residual_forward";
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const int64_t M = weight.size(0), K = weight.size(1), N = in.numel() / K;
+  check_dtype(out, dt, op, "out");
+  check_numel(out, N * M, op, "out");
+  check_dtype(residual, dt, op, "residual");
+  check_numel(residual, N * M, op, "residual");
+  check_same_device(out, residual, op);
+  ZT_ASSERT(out.data() != residual.data(), "{}: out aliases residual", op);
+  if (bias != nullptr) {
+    check_dtype(*bias, dt, op, "bias");
+    check_numel(*bias, M, op, "bias");
+  }
+  DeviceGuard guard(in.device());
+  GemmArgs g = forward_gemm(out.data(), in, weight, bias);
+  g.c_in = residual.data();
+  g.beta = 1.0f;
+  gemm(g, stream_of(s));
+}
+
 void matmul_act_forward(Tensor& out, Tensor& pre, const Tensor& in, const Tensor& weight,
                         const Tensor* bias, Activation act, const Stream& s) {
   const char* op = "matmul_act_forward";

@@ -29,14 +29,14 @@ Attention::Attention(Unit& unit, const AttentionNames& names, const AttentionCon
             config.n_kv_heads);
 }
 
-Tensor Attention::forward(Context& ctx, const Tensor& x) {
+Tensor Attention::forward(Context& ctx, const Tensor& x, const Tensor* residual) {
   const int64_t B = x.size(0), T = x.size(1);
   const int NH = config_.n_heads;
   const int64_t HS = config_.head_dim, A = NH * HS;
   const DType dt = ctx.compute_dtype;
   const Stream& s = ctx.stream;
   Tensor qkv = qkv_.forward(ctx, x).reshape({B, T, qkv_.out_features()});
-  if (ctx.kv_cache != nullptr) return forward_cached(ctx, qkv, B, T);
+  if (ctx.kv_cache != nullptr) return forward_cached(ctx, qkv, B, T, residual);
   if (expanded()) {
     // Rotary and the kv heads' repetition in one pass, into the multi-head layout the attention
     // kernels read (backward needs only the same tables, not this input).
@@ -58,12 +58,13 @@ Tensor Attention::forward(Context& ctx, const Tensor& x) {
     att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
     kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
   }
-  return out_.forward(ctx, atty_).reshape({B, T, config_.hidden});
+  return out_.forward(ctx, atty_, residual).reshape({B, T, config_.hidden});
 }
 
 // Decoding: rotate the new q and k at positions past_len.., store k and v in the cache, attend
 // over everything cached. Nothing is kept for backward.
-Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T) {
+Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T,
+                                 const Tensor* residual) {
   KvCache& cache = *ctx.kv_cache;
   ZT_ASSERT(ctx.mode == Mode::kEval && config_.kind == kernels::AttnKind::kCausal,
             "a KV cache is for causal decoding in eval mode");
@@ -88,7 +89,7 @@ Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int
   kernels::kv_cache_update(q, kc, vc, qkv, NH, KV, cos, sin, cache.past_len, s);
   Tensor y = Tensor::empty({B, T, A}, dt, ctx.device, s);
   kernels::attention_cached(y, q, kc, vc, NH, KV, cache.past_len, s);
-  return out_.forward(ctx, y).reshape({B, T, config_.hidden});
+  return out_.forward(ctx, y, residual).reshape({B, T, config_.hidden});
 }
 
 void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "zt/kernels/ops.h"
-#include "zt/nn/layers/linear.h"
 #include "zt/nn/kv_cache.h"
+#include "zt/nn/layers/linear.h"
 #include "zt/nn/layers/rotary.h"
 
 namespace zt::nn {
@@ -40,14 +40,16 @@ class Attention {
   Linear& qkv() { return qkv_; }  // (adapters attach here: nn/lora.h)
   Linear& out() { return out_; }
 
-  // x (B,T,C), the normalised input -> (B,T,C). Keys where ctx.attention_mask is 0 are masked.
-  Tensor forward(Context& ctx, const Tensor& x);
+  // x (B,T,C), the normalised input -> (B,T,C), plus `residual` (B,T,C) when given (added by the
+  // output projection's GEMM). Keys where ctx.attention_mask is 0 are masked.
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor* residual = nullptr);
   // dx written; `x` is forward's input (kept or recomputed by the caller).
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx);
   void release();
 
  private:
-  Tensor forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T);
+  Tensor forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T,
+                        const Tensor* residual);
   bool expanded() const { return rotary_ != nullptr || config_.n_kv_heads != config_.n_heads; }
   AttentionConfig config_;
   Rotary* rotary_;

@@ -24,12 +24,17 @@ Tensor adapter_input(const Context& ctx, const LoraAdapter& a, const Tensor& x) 
 
 }  // namespace
 
-Tensor Linear::forward(Context& ctx, const Tensor& x) const {
+Tensor Linear::forward(Context& ctx, const Tensor& x, const Tensor* residual) const {
   Tensor x2 = x.reshape(as_rows(x, in_));
   const int64_t N = x2.size(0);
   Tensor y = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
-  kernels::matmul_forward(y, x2, weight_->value, bias_ != nullptr ? &bias_->value : nullptr,
-                          ctx.stream);
+  const Tensor* b = bias_ != nullptr ? &bias_->value : nullptr;
+  if (residual != nullptr) {
+    kernels::matmul_residual_forward(y, x2, weight_->value, b, residual->reshape({N, out_}),
+                                     ctx.stream);
+  } else {
+    kernels::matmul_forward(y, x2, weight_->value, b, ctx.stream);
+  }
   for (const LoraAdapter& a : adapters_) {
     const Tensor h = adapter_input(ctx, a, x2);
     Tensor u = Tensor::empty({N, a.a->shape[0]}, ctx.compute_dtype, ctx.device, ctx.stream);

@@ -43,8 +43,9 @@ class Linear {
   void add_adapter(const LoraAdapter& adapter) { adapters_.push_back(adapter); }
   const std::vector<LoraAdapter>& adapters() const { return adapters_; }
 
-  // x (N, in) (any leading shape) -> (N, out).
-  Tensor forward(Context& ctx, const Tensor& x) const;
+  // x (N, in) (any leading shape) -> (N, out); plus `residual` (N, out) when given (added in the
+  // GEMM where the device can: kernels::matmul_residual_forward).
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor* residual = nullptr) const;
   // din (N, in) is written when not null; the parameters' gradients accumulate (those of a
   // frozen unit, unbound, are skipped). `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const;

@@ -22,13 +22,13 @@ Tensor Mlp::activate(Context& ctx, const Tensor& h) const {
   return a;
 }
 
-Tensor Mlp::forward(Context& ctx, const Tensor& x) {
+Tensor Mlp::forward(Context& ctx, const Tensor& x, const Tensor* residual) {
   if (config_.gated == Gated::kNo && up_.fusable()) {
     // The activation in the up projection's GEMM (cuBLASLt's epilogue on CUDA).
-    return down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_));
+    return down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_), residual);
   }
   h_ = up_.forward(ctx, x);
-  return down_.forward(ctx, activate(ctx, h_));
+  return down_.forward(ctx, activate(ctx, h_), residual);
 }
 
 void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {

@@ -33,8 +33,9 @@ class Mlp {
   Linear& up() { return up_; }  // (adapters attach here: nn/lora.h)
   Linear& down() { return down_; }
 
-  // x (N, C) (any leading shape) -> (N, C); keeps the up projection's output.
-  Tensor forward(Context& ctx, const Tensor& x);
+  // x (N, C) (any leading shape) -> (N, C), plus `residual` (N, C) when given (added by the down
+  // projection's GEMM); keeps the up projection's output.
+  Tensor forward(Context& ctx, const Tensor& x, const Tensor* residual = nullptr);
   // dx written; `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx);
   void release() { h_ = Tensor(); }

@@ -168,27 +168,17 @@ TransformerBlock::TransformerBlock(const TransformerConfig& c, int index, const 
 
 Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const DType dt = ctx.compute_dtype;
-  const Stream& s = ctx.stream;
   x_ = x;
+  // Each residual add is done by the projection that ends its branch (in its GEMM on CUDA).
   if (placement_ == NormPlacement::kPre) {
     // x + attn(norm1(x)), then + mlp(norm2(.)). The norms' outputs are recomputed in backward.
-    Tensor a = attn_.forward(ctx, norm1_.forward(ctx, x));
-    res_ = Tensor::empty({B, T, C}, dt, ctx.device, s);
-    kernels::residual_forward(res_, x, a, s);
-    Tensor m = mlp_.forward(ctx, norm2_.forward(ctx, res_));
-    Tensor out = Tensor::empty({B, T, C}, dt, ctx.device, s);
-    kernels::residual_forward(out, res_, m.reshape({B, T, C}), s);
-    return out;
+    res_ = attn_.forward(ctx, norm1_.forward(ctx, x), &x).reshape({B, T, C});
+    return mlp_.forward(ctx, norm2_.forward(ctx, res_), &res_).reshape({B, T, C});
   }
   // Post-LN: h = norm1(x + attn(x)); out = norm2(h + mlp(h)).
-  Tensor a = attn_.forward(ctx, x);
-  res_ = Tensor::empty({B, T, C}, dt, ctx.device, s);
-  kernels::residual_forward(res_, x, a, s);
+  res_ = attn_.forward(ctx, x, &x).reshape({B, T, C});
   h_ = norm1_.forward(ctx, res_).reshape({B, T, C});
-  Tensor m = mlp_.forward(ctx, h_);
-  res2_ = Tensor::empty({B, T, C}, dt, ctx.device, s);
-  kernels::residual_forward(res2_, h_, m.reshape({B, T, C}), s);
+  res2_ = mlp_.forward(ctx, h_, &h_).reshape({B, T, C});
   return norm2_.forward(ctx, res2_).reshape({B, T, C});
 }
 
@@ -284,10 +274,9 @@ static Tensor last_positions(const Context& ctx, const Tensor& x) {
 Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   if (classifier_) return forward_classify(ctx, x_in);
   if (score_) return forward_reward(ctx, x_in);
-  const Tensor x =
-      ctx.kv_cache != nullptr && ctx.targets == nullptr && x_in.size(1) > 1
-          ? last_positions(ctx, x_in)
-          : x_in;
+  const Tensor x = ctx.kv_cache != nullptr && ctx.targets == nullptr && x_in.size(1) > 1
+                       ? last_positions(ctx, x_in)
+                       : x_in;
   const int64_t B = x.size(0), T = x.size(1), N = B * T;
   const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
   const Stream& s = ctx.stream;
@@ -340,8 +329,10 @@ Tensor TransformerHead::forward_classify(Context& ctx, const Tensor& x) {
   logits_ = classifier_->forward(ctx, features_);
   have_dlogits_ = false;
   if (ctx.targets == nullptr) return logits_;
-  ZT_ASSERT(ctx.targets->numel() == B, "sequence classification takes one label per row: {} for "
-            "{} rows", ctx.targets->numel(), B);
+  ZT_ASSERT(ctx.targets->numel() == B,
+            "sequence classification takes one label per row: {} for "
+            "{} rows",
+            ctx.targets->numel(), B);
   Tensor losses = Tensor::empty({B}, acc, ctx.device, s);
   Tensor targets = ctx.targets->reshape({B});
   if (ctx.mode == Mode::kTrain) {
@@ -501,10 +492,9 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
   Param& w = table();
   Tensor dh = Tensor::empty(features_.shape(), dt, ctx.device, s);
   // A frozen head (or a frozen tied table) has no gradient buffers: undefined skips them.
-  kernels::matmul_backward(&dh, w.grad,
-                           lm_bias_ != nullptr && lm_bias_->grad.defined() ? &lm_bias_->grad
-                                                                           : nullptr,
-                           logits_, features_, w.value, s);
+  kernels::matmul_backward(
+      &dh, w.grad, lm_bias_ != nullptr && lm_bias_->grad.defined() ? &lm_bias_->grad : nullptr,
+      logits_, features_, w.value, s);
   // The input of each stage, walking back: the transform reads the projection's output (or the
   // norm's, or x), the projection reads the norm's output (or x).
   const Tensor& before_transform = project_out_ ? projected_ : (final_norm_ ? normed_ : x_);
