@@ -73,6 +73,21 @@ GemmArgs din_gemm(void* din, const Tensor& dout, const Tensor& weight) {
   return g;
 }
 
+// Checks a forward matmul's operands (in, weight; out (N,M) and bias (M) in the compute dtype)
+// and returns its forward GEMM.
+GemmArgs checked_forward_gemm(Tensor& out, const Tensor& in, const Tensor& weight,
+                              const Tensor* bias, const char* op) {
+  const DType dt = gemm_dtype_check(in, weight, op);
+  const int64_t M = weight.size(0), N = in.numel() / weight.size(1);
+  check_dtype(out, dt, op, "out");
+  check_numel(out, N * M, op, "out");
+  if (bias != nullptr) {
+    check_dtype(*bias, dt, op, "bias");
+    check_numel(*bias, M, op, "bias");
+  }
+  return forward_gemm(out.data(), in, weight, bias);
+}
+
 }  // namespace
 
 void bias_add_rows(void* c, const void* bias, int64_t rows, int64_t cols, DType dtype,
@@ -88,19 +103,9 @@ void bias_add_rows(void* c, const void* bias, int64_t rows, int64_t cols, DType 
 
 void matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
                     const Stream& s) {
-  const char* op = "matmul_forward";
-  const DType dt = gemm_dtype_check(in, weight, op);
-  const int64_t M = weight.size(0);
-  const int64_t K = weight.size(1);
-  const int64_t N = in.numel() / K;
-  check_dtype(out, dt, op, "out");
-  check_numel(out, N * M, op, "out");
-  if (bias != nullptr) {
-    check_dtype(*bias, dt, op, "bias");
-    check_numel(*bias, M, op, "bias");
-  }
+  const GemmArgs g = checked_forward_gemm(out, in, weight, bias, "matmul_forward");
   DeviceGuard guard(in.device());
-  gemm(forward_gemm(out.data(), in, weight, bias), stream_of(s));
+  gemm(g, stream_of(s));
 }
 
 void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& dout,
@@ -158,20 +163,12 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
 void matmul_residual_forward(Tensor& out, const Tensor& in, const Tensor& weight,
                              const Tensor* bias, const Tensor& residual, const Stream& s) {
   const char* op = "matmul_residual_forward";
-  const DType dt = gemm_dtype_check(in, weight, op);
-  const int64_t M = weight.size(0), K = weight.size(1), N = in.numel() / K;
-  check_dtype(out, dt, op, "out");
-  check_numel(out, N * M, op, "out");
-  check_dtype(residual, dt, op, "residual");
-  check_numel(residual, N * M, op, "residual");
+  GemmArgs g = checked_forward_gemm(out, in, weight, bias, op);
+  check_dtype(residual, out.dtype(), op, "residual");
+  check_numel(residual, out.numel(), op, "residual");
   check_same_device(out, residual, op);
   ZT_ASSERT(out.data() != residual.data(), "{}: out aliases residual", op);
-  if (bias != nullptr) {
-    check_dtype(*bias, dt, op, "bias");
-    check_numel(*bias, M, op, "bias");
-  }
   DeviceGuard guard(in.device());
-  GemmArgs g = forward_gemm(out.data(), in, weight, bias);
   g.c_in = residual.data();
   g.beta = 1.0f;
   gemm(g, stream_of(s));
@@ -180,20 +177,12 @@ void matmul_residual_forward(Tensor& out, const Tensor& in, const Tensor& weight
 void matmul_act_forward(Tensor& out, Tensor& pre, const Tensor& in, const Tensor& weight,
                         const Tensor* bias, Activation act, const Stream& s) {
   const char* op = "matmul_act_forward";
-  const DType dt = gemm_dtype_check(in, weight, op);
-  const int64_t M = weight.size(0), K = weight.size(1), N = in.numel() / K;
-  check_dtype(out, dt, op, "out");
-  check_numel(out, N * M, op, "out");
-  check_dtype(pre, dt, op, "pre");
-  check_numel(pre, N * M, op, "pre");
-  if (bias != nullptr) {
-    check_dtype(*bias, dt, op, "bias");
-    check_numel(*bias, M, op, "bias");
-  }
+  GemmArgs g = checked_forward_gemm(out, in, weight, bias, op);
+  check_dtype(pre, out.dtype(), op, "pre");
+  check_numel(pre, out.numel(), op, "pre");
   DeviceGuard guard(in.device());
   if (act == Activation::kGeluTanh) {
     // out = gelu(in @ weight^T + bias), pre = in @ weight^T + bias
-    GemmArgs g = forward_gemm(out.data(), in, weight, bias);
     g.act = GemmAct::kGelu;
     g.aux = pre.data();
     if (gemm_act(g, stream_of(s))) return;
