@@ -900,8 +900,12 @@ except Exception as e:
 rows = [json.loads(l) for l in open(f"{out}/bench.jsonl") if l.strip()]
 ck = [json.loads(l) for l in open(f"{out}/ckpt.jsonl") if l.strip()]
 zt = next((r for r in rows if r["impl"] == "zerotrain"), None)
-print(f"GPU tests: {tests} (exit {gpu_rc});  zt train gpt2 bf16: exit {train_rc};  "
-      f"export to transformers: exit {export_rc}")
+ran = lambda rc: "not run" if rc == -1 else f"exit {rc}"  # -1: the section was not selected
+if gpu_rc == -1:
+    tests = "not run"
+print(f"GPU tests: {tests}{'' if gpu_rc == -1 else f' ({ran(gpu_rc)})'};  "
+      f"zt train gpt2 bf16: {ran(train_rc)};  "
+      f"export to transformers: {ran(export_rc)}")
 for name in ("tasks.txt", "lora.txt", "monitors.txt"):  # one line per check, ending ok or FAIL
     try:
         for line in open(f"{out}/{name}"):
