@@ -21,7 +21,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-port() { echo $((20000 + RANDOM % 20000)); }
+port() { echo $((20000 + RANDOM % 12000)); }
 cd "$T" || fail "cannot enter $T"
 
 # The user's training command: zt train, except that a trial of micro-batch 8 runs under a memory

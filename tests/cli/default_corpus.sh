@@ -11,7 +11,7 @@ cat >"$tmp/ds.json" <<'JSON'
 {"train_batch_size": 6, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
  "zero_optimization": {"stage": 1}}
 JSON
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000))
 "$zt" launch --num_procs 3 --master_port "$port" --enable_each_rank_log "$tmp/logs" \
   "$zt" train --config "$tmp/ds.json" --model gpt2-tiny --device cpu --steps 2 --seq-len 32 \
   --sample-tokens 0 >"$tmp/out" 2>"$tmp/err" || { tail -5 "$tmp/err" "$tmp"/logs/* >&2; exit 1; }

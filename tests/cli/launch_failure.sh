@@ -10,7 +10,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-port() { echo $((20000 + RANDOM % 20000)); }
+port() { echo $((20000 + RANDOM % 12000)); }
 now_ms() { date +%s%3N; }
 # Every rank wrote its pid to $T/pid.<rank>; none may be alive now.
 expect_ranks_gone() {

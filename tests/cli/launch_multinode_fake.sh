@@ -15,7 +15,7 @@ fail() {
   echo "FAIL: $*" >&2
   exit 1
 }
-port() { echo $((20000 + RANDOM % 20000)); }
+port() { echo $((20000 + RANDOM % 12000)); }
 now_ms() { date +%s%3N; }
 command -v setsid >/dev/null || { echo "launch_multinode_fake: skipped (no setsid)"; exit 0; }
 

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from _ports import next_port
+
 ZT = os.path.abspath(sys.argv[1])
 TRIALS = int(sys.argv[sys.argv.index("--trials") + 1]) if "--trials" in sys.argv else 12
 TMP = tempfile.mkdtemp(prefix="zt_chaos_")
@@ -32,7 +34,7 @@ ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOU
            OPENBLAS_NUM_THREADS="1", ZT_CHAOS_MARK=MARK)
 REF_STEPS = 80
 rng = random.Random(20261125)
-port = [31000 + os.getpid() % 500]
+port = [0]
 failures = []
 
 
@@ -48,7 +50,7 @@ def cfg_path(stage):
 
 
 def cmd(world, stage, steps, extra=()):
-    port[0] += 1
+    port[0] = next_port()
     return [ZT, "launch", "--num_procs", str(world), "--master_port", str(port[0]), ZT, "train",
             "--config", cfg_path(stage), "--device", "cpu", "--steps", str(steps), "--seq-len",
             "32", "--sample-tokens", "0", "--order", "sequential"] + list(extra)

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from _ports import next_port
+
 ZT = sys.argv[1]
 TRIALS = int(sys.argv[sys.argv.index("--trials") + 1]) if "--trials" in sys.argv else 100
 TMP = tempfile.mkdtemp(prefix="zt_crash_")
@@ -27,7 +29,7 @@ CFG = os.path.join(TMP, "cfg.json")
 json.dump({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
            "zero_optimization": {"stage": 2}}, open(CFG, "w"))
 rng = random.Random(1234)
-port = 30100 + os.getpid() % 100
+port = 0
 failures = []
 for trial in range(TRIALS):
     d = os.path.join(TMP, f"t{trial}")
@@ -35,7 +37,7 @@ for trial in range(TRIALS):
     train = [ZT, "train", "--config", CFG, "--device", "cpu", "--steps", "100000", "--seq-len",
              "32", "--sample-tokens", "0", "--save", d, "--save-interval", "1"]
     if world == 2:
-        port += 1
+        port = next_port()
         train = [ZT, "launch", "--num_procs", "2", "--master_port", str(port)] + train
     p = subprocess.Popen(train, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60

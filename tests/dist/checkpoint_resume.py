@@ -37,11 +37,13 @@ import sys
 import tempfile
 import time
 
+from _ports import next_port
+
 ZT, SRC = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="zt_ckpt_")
 ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOUT_S="120",
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-port = [29900 + (os.getpid() % 80)]
+port = [0]
 failures, passed = [], 0
 
 
@@ -84,7 +86,7 @@ def train(name, world, cfg, steps, extra=(), check_rc=True):
            "32", "--sample-tokens", "0", "--order", "sequential", "--metrics-out", metrics,
            "--dump-params", params] + list(extra)
     if world > 1:
-        port[0] += 1
+        port[0] = next_port()
         cmd = [ZT, "launch", "--num_procs", str(world), "--master_port", str(port[0])] + cmd
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     if check_rc and p.returncode != 0:
@@ -288,7 +290,7 @@ check("--save-async: every interval saved, the last resumes exactly",
       tags == ["global_step2", "global_step4", "global_step6", "latest"] and
       [r["loss"] for r in asy_ref[6:]] == [r["loss"] for r in asy_res], str(tags))
 sig = os.path.join(TMP, "sig_ckpt")
-port[0] += 1
+port[0] = next_port()
 metrics = os.path.join(TMP, "sig.jsonl")
 proc = subprocess.Popen([ZT, "launch", "--num_procs", "2", "--master_port", str(port[0]), ZT,
                          "train", "--config", sgd[3], "--device", "cpu", "--steps", "100000",

@@ -35,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 
+from _ports import next_port
+
 ZT, SRC = sys.argv[1], sys.argv[2]
 QUICK = "--quick" in sys.argv
 STEPS = 5 if QUICK else 10
@@ -45,7 +47,7 @@ ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOU
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 OPT_DIR = os.path.join(SRC, "tests", "fixtures", "hf", "opt")
 MODELS = [("llama-tiny", "llama-tiny"), ("opt fixture", OPT_DIR)]
-port = [32000 + (os.getpid() % 500)]
+port = [0]
 failures, passed = [], 0
 
 
@@ -99,7 +101,7 @@ def run(world, stage, gas, model, tag, steps=STEPS):
              "--steps", str(steps), "--seq-len", str(SEQ), "--sample-tokens", "0", "--order",
              "sequential", "--metrics-out", metrics, "--dump-params", params]
     if world > 1:
-        port[0] += 1
+        port[0] = next_port()
         cmd = [ZT, "launch", "--num_procs", str(world), "--master_port", str(port[0])] + train
     else:
         cmd = train

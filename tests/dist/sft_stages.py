@@ -24,12 +24,14 @@ import subprocess
 import sys
 import tempfile
 
+from _ports import next_port
+
 ZT = sys.argv[1]
 STEPS, BATCH, SEQ = 6, 16, 24
 TMP = tempfile.mkdtemp(prefix="zt_sft_")
 ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOUT_S="120",
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-port = [33000 + (os.getpid() % 500)]
+port = [0]
 failures, passed = [], 0
 
 rng = random.Random(3)
@@ -62,7 +64,7 @@ def run(world, stage, lora=False):
              "--dump-params", params] + (LORA if lora else [])
     cmd = train
     if world > 1:
-        port[0] += 1
+        port[0] = next_port()
         cmd = [ZT, "launch", "--num_procs", str(world), "--master_port", str(port[0])] + train
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:

@@ -40,13 +40,15 @@ import subprocess
 import sys
 import tempfile
 
+from _ports import next_port
+
 ZT, SRC = sys.argv[1], sys.argv[2]
 QUICK = "--quick" in sys.argv
 STEPS = 20
 TMP = tempfile.mkdtemp(prefix="zt_dist_")
 ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOUT_S="120",
            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-port = [29700 + (os.getpid() % 200)]
+port = [0]
 failures, passed = [], 0
 
 
@@ -78,7 +80,7 @@ def run(world, stage, gas, precision, zero_extra=None, extra_args=(), tag="", to
              "32", "--sample-tokens", "0", "--order", "sequential", "--metrics-out", metrics,
              "--dump-params", params] + list(extra_args)
     if world > 1:
-        port[0] += 1
+        port[0] = next_port()
         cmd = [ZT, "launch", "--num_procs", str(world), "--master_port", str(port[0])] + train
     else:
         cmd = train
