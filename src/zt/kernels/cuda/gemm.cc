@@ -172,10 +172,8 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
 
   cublasLtMatmulDesc_t desc = nullptr;
   ZT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p.first.op,
-                                                 sizeof(p.first.op)));
-  ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p.second.op,
-                                                 sizeof(p.second.op)));
+  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, &p.first.op, sizeof(p.first.op));
+  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, &p.second.op, sizeof(p.second.op));
   const bool with_bias = epilogue != Epilogue::kNone && g.bias != nullptr;
   if (epilogue != Epilogue::kNone) {
     cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;

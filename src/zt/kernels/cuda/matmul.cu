@@ -211,8 +211,10 @@ void matmul_backward_act(Tensor& dpre, Tensor& dweight, Tensor* dbias, const Ten
     g.act = GemmAct::kDgelu;
     g.aux = pre.data();
     if (gemm_act(g, stream_of(s))) return;
-    Tensor unused;  // the parameter gradients are done: din alone, then the derivative
-    cuda::matmul_backward(&dpre, unused, nullptr, dout, in, weight, s);
+    // cuBLASLt declined the epilogue: the plain din GEMM, then the derivative's own kernel.
+    g.act = GemmAct::kNone;
+    g.aux = nullptr;
+    gemm(g, stream_of(s));
   } else {
     cuda::matmul_backward(&dpre, dweight, dbias, dout, in, weight, s);
   }
