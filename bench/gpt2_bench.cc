@@ -330,17 +330,17 @@ int run(int argc, char** argv) {
   }
   std::vector<zt::bench::KernelTotal> kernels;
   zt::bench::KernelTrace trace;
-  if (a.kernel_trace > 0 && print) {
-    if (trace.start()) {
-      const size_t timed = ms.size();
-      for (int s = 0; s < a.kernel_trace; ++s) {
-        if (!train_step(a.warmup + a.steps + s)) return 1;
-      }
-      e.stream().synchronize();
-      kernels = trace.stop();
-      ms.resize(timed);  // the traced steps are not timed
-      losses.resize(static_cast<size_t>(a.warmup + a.steps));
+  if (a.kernel_trace > 0) {
+    // Every rank runs the traced steps (their collectives need all ranks); rank 0 records them.
+    const bool tracing = print && trace.start();
+    const size_t timed = ms.size();
+    for (int s = 0; s < a.kernel_trace; ++s) {
+      if (!train_step(a.warmup + a.steps + s)) return 1;
     }
+    e.stream().synchronize();
+    if (tracing) kernels = trace.stop();
+    ms.resize(timed);  // the traced steps are not timed
+    losses.resize(static_cast<size_t>(a.warmup + a.steps));
   }
   std::vector<float> sorted = ms;
   std::sort(sorted.begin(), sorted.end());

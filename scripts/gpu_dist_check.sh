@@ -115,6 +115,8 @@
 # i: ZT_DIST_LLAMA_MODEL (llama-8b), ZT_DIST_LLAMA_SEQ (8192), ZT_DIST_LLAMA_STEPS (10),
 #    ZT_DIST_LLAMA_PLAN (';'-separated "impl checkpointing [lora-rank [stage]]" runs, in order;
 #    impl zt, zt-train, fsdp2 or fsdp2-compile; default "zt 1;fsdp2 1;fsdp2-compile 1;zt 0;fsdp2 0");
+# i, j: ZT_DIST_TRACE=N: each zt run also traces N extra steps kernel by kernel on rank 0 (the
+#    table and the GPU's idle stretches in the run's log; "kernels" in its JSON line);
 # j: ZT_DIST_SFT_MODEL (llama-8b), ZT_DIST_SFT_SEQ (2048), ZT_DIST_SFT_STEPS (10),
 #    ZT_DIST_SFT_PLAN (the same form; default "zt 0 R;fsdp2 0 R;zt 0 0;fsdp2 0 0;zt 1 R;fsdp2 1 R;
 #    zt 1 0;fsdp2 1 0;zt-train 0 R;zt-train 0 0" with R = ZT_DIST_LORA_RANK), ZT_DIST_LORA_RANK;
@@ -605,6 +607,7 @@ llama_bench() {
   mp=$(model_path "$model")
   local zt_args=(--model "$mp" --batch 1 --seq "$seq" --dtype bf16 --warmup 3 --steps "$n"
                  --stage "$stage" --zero-keys "$zero_keys" "${zt_dev[@]}")
+  [[ -z ${ZT_DIST_TRACE:-} ]] || zt_args+=(--kernel-trace "$ZT_DIST_TRACE")
   local tr_lora=() pt_args=(--model "$model" --batch 1 --seq "$seq" --warmup 3 --steps "$n")
   if ((ck)); then
     zt_args+=(--gradient-checkpointing)
