@@ -4,6 +4,15 @@
 // two values a rotation mixes), per output element when it is off. The backward gives each thread
 // one pair of din and sums the group's out-heads in f32 before rotating back, so din is written
 // without atomics.
+//
+// Where a head's lanes split into 16-byte chunks (HS/2 or HS a multiple of 8 bf16 values) and the
+// pointers allow it, the _vec kernels do the same arithmetic on whole chunks instead: one block
+// per token row (b, t), each thread a chunk of one head, 32-bit index arithmetic, and the rotary
+// tables read as float4s. The plain kernels' 64-bit divisions per element and 2-byte accesses
+// ran at about a tenth of the memory bandwidth (0.61 ms forward, 0.36 ms backward for one layer
+// of Llama 8B at 8192 tokens: 3% of the 2-GPU ZeRO-3 step).
+#include <algorithm>
+
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 #include "zt/kernels/cuda/rotary.cuh"
@@ -99,6 +108,129 @@ __global__ void qkv_expand_backward_kernel(T* din, const T* dout, RotaryTables r
   }
 }
 
+// V consecutive floats of a rotary table (V a multiple of 4, p 16-byte aligned; else one by one).
+template <int V>
+__device__ __forceinline__ void load_table(float (&out)[V], const float* p) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < V; k += 4) {
+      const float4 c = *reinterpret_cast<const float4*>(p + k);
+      out[k] = c.x;
+      out[k + 1] = c.y;
+      out[k + 2] = c.z;
+      out[k + 3] = c.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = p[k];
+  }
+}
+
+// rotary_pair on V lanes at once: the same products in the same order, so the same bits.
+template <int V>
+__device__ __forceinline__ void rotate_chunk(float (&x1)[V], float (&x2)[V], const RotaryTables& rt,
+                                             int64_t p, int i, float sign) {
+  float c[V], sn[V];
+  load_table<V>(c, rt.cos + p * rt.half + i);
+  load_table<V>(sn, rt.sin + p * rt.half + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const float s = sign * sn[k];
+    const float y1 = x1[k] * c[k] - x2[k] * s;
+    const float y2 = x2[k] * c[k] + x1[k] * s;
+    x1[k] = y1;
+    x2[k] = y2;
+  }
+}
+
+// in (BT, (NH+2KV) HS) -> out (BT, 3 NH HS), V lanes a thread, a block per row (grid-stride).
+template <typename T, int V>
+__global__ void qkv_expand_forward_vec_kernel(T* out, const T* in, RotaryTables rt, ExpandDims d,
+                                              int64_t rows) {
+  const int NH = static_cast<int>(d.NH), KV = static_cast<int>(d.KV);
+  const int HS = static_cast<int>(d.HS), half = static_cast<int>(rt.half);
+  const int group = NH / KV, per_head = static_cast<int>(d.lanes) / V;
+  const int items = 3 * NH * per_head;
+  const bool rotary = rt.cos != nullptr;
+  for (int64_t bt = blockIdx.x; bt < rows; bt += gridDim.x) {
+    const T* row_in = in + bt * (NH + 2 * KV) * HS;
+    T* row_out = out + bt * 3 * NH * HS;
+    const int64_t p = d.pos_offset + bt % d.T;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      const int i = (it % per_head) * V;
+      const int slot_head = it / per_head;  // slot (q, k, v) * NH + head
+      const int slot = slot_head / NH, h = slot_head % NH;
+      const int src_head = slot == 0 ? h : NH + (slot - 1) * KV + h / group;
+      const T* src = row_in + src_head * HS;
+      T* dst = row_out + slot_head * HS;
+      if (!rotary || slot == 2) {  // v is not rotated
+        store16(dst + i, load16(src + i));
+        if (rotary) store16(dst + i + half, load16(src + i + half));
+      } else {
+        float x1[V], x2[V];
+        load_f32<T, V>(x1, src + i);
+        load_f32<T, V>(x2, src + i + half);
+        rotate_chunk<V>(x1, x2, rt, p, i, 1.0f);
+        store_from_f32<T, V>(dst + i, x1);
+        store_from_f32<T, V>(dst + i + half, x2);
+      }
+    }
+  }
+}
+
+// dout (BT, 3 NH HS) -> din (BT, (NH+2KV) HS), V lanes a thread, a block per row (grid-stride).
+template <typename T, int V>
+__global__ void qkv_expand_backward_vec_kernel(T* din, const T* dout, RotaryTables rt,
+                                               ExpandDims d, int64_t rows) {
+  const int NH = static_cast<int>(d.NH), KV = static_cast<int>(d.KV);
+  const int HS = static_cast<int>(d.HS), half = static_cast<int>(rt.half);
+  const int group = NH / KV, per_head = static_cast<int>(d.lanes) / V;
+  const int heads = NH + 2 * KV, C = NH * HS;
+  const int items = heads * per_head;
+  const bool rotary = rt.cos != nullptr;
+  for (int64_t bt = blockIdx.x; bt < rows; bt += gridDim.x) {
+    const T* g = dout + bt * 3 * C;
+    T* row = din + bt * heads * HS;
+    const int64_t p = d.pos_offset + bt % d.T;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+      const int i = (it % per_head) * V;
+      const int hd = it / per_head;
+      // The out-heads whose gradients flow into this input head, and where they sit in dout.
+      int first = hd, count = 1;
+      const T* src = g;
+      bool rotated = true;
+      if (hd >= NH + KV) {
+        first = (hd - NH - KV) * group;
+        count = group;
+        src = g + 2 * C;
+        rotated = false;
+      } else if (hd >= NH) {
+        first = (hd - NH) * group;
+        count = group;
+        src = g + C;
+      }
+      float x1[V], x2[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) x1[k] = x2[k] = 0.0f;
+      for (int h = first; h < first + count; ++h) {
+        float a[V];
+        load_f32<T, V>(a, src + h * HS + i);
+#pragma unroll
+        for (int k = 0; k < V; ++k) x1[k] += a[k];
+        if (rotary) {
+          load_f32<T, V>(a, src + h * HS + i + half);
+#pragma unroll
+          for (int k = 0; k < V; ++k) x2[k] += a[k];
+        }
+      }
+      T* dst = row + hd * HS;
+      if (rotary && rotated) rotate_chunk<V>(x1, x2, rt, p, i, -1.0f);
+      store_from_f32<T, V>(dst + i, x1);
+      if (rotary) store_from_f32<T, V>(dst + i + half, x2);
+    }
+  }
+}
+
 #undef ZT_GRID_STRIDE
 
 // Checks devices, dtypes and the expanded tensor; returns the kernel dimensions.
@@ -119,6 +251,22 @@ RotaryTables tables(const Tensor* cos, const Tensor* sin, int64_t HS) {
   return {ptr<const float>(*cos), ptr<const float>(*sin), HS / 2};
 }
 
+// Whether the _vec kernels take this shape: whole 16-byte chunks of lanes, aligned operands, and
+// dimensions of int range. Returns the grid (0: use the plain kernels).
+template <typename T>
+int64_t vec_grid(const ExpandDims& d, int64_t rows, const RotaryTables& rt, const T* a,
+                 const T* b) {
+  constexpr int V = kVec<T>;
+  if (V == 1 || d.lanes % V != 0 || !vec16_aligned(a, b, rt.cos, rt.sin)) return 0;
+  if ((d.NH + 2 * d.KV) * d.HS > (int64_t{1} << 30)) return 0;
+  return std::min<int64_t>(rows, int64_t{sm_count()} * 16);
+}
+
+// A block of whole warps, enough for one row's chunks (up to kThreads).
+int vec_block(int64_t items) {
+  return static_cast<int>(std::min<int64_t>(kThreads, (items + 31) / 32 * 32));
+}
+
 }  // namespace
 
 void qkv_expand_forward(Tensor& out, const Tensor& in, int num_heads, int num_kv_heads,
@@ -131,8 +279,17 @@ void qkv_expand_forward(Tensor& out, const Tensor& in, int num_heads, int num_kv
   DeviceGuard guard(in.device());
   dispatch_compute(in.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    qkv_expand_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
-        ptr<T>(out), ptr<const T>(in), tables(cos, sin, q.HS), d, n);
+    const RotaryTables rt = tables(cos, sin, q.HS);
+    const int64_t rows = q.B * q.T;
+    if (const int64_t grid = vec_grid<T>(d, rows, rt, ptr<const T>(in), ptr<const T>(out))) {
+      constexpr int V = kVec<T>;
+      qkv_expand_forward_vec_kernel<T, V>
+          <<<grid, vec_block(3 * q.NH * (d.lanes / V)), 0, stream_of(s)>>>(
+              ptr<T>(out), ptr<const T>(in), rt, d, rows);
+    } else {
+      qkv_expand_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<const T>(in), rt, d, n);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -148,8 +305,17 @@ void qkv_expand_backward(Tensor& din, const Tensor& dout, int num_heads, int num
   DeviceGuard guard(dout.device());
   dispatch_compute(din.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    qkv_expand_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
-        ptr<T>(din), ptr<const T>(dout), tables(cos, sin, q.HS), d, n);
+    const RotaryTables rt = tables(cos, sin, q.HS);
+    const int64_t rows = q.B * q.T;
+    if (const int64_t grid = vec_grid<T>(d, rows, rt, ptr<const T>(din), ptr<const T>(dout))) {
+      constexpr int V = kVec<T>;
+      qkv_expand_backward_vec_kernel<T, V>
+          <<<grid, vec_block((q.NH + 2 * q.KV) * (d.lanes / V)), 0, stream_of(s)>>>(
+              ptr<T>(din), ptr<const T>(dout), rt, d, rows);
+    } else {
+      qkv_expand_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(din), ptr<const T>(dout), rt, d, n);
+    }
     ZT_CUDA_CHECK_LAUNCH();
   });
 }
