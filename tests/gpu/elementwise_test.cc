@@ -129,6 +129,46 @@ TEST(ElementwiseCuda, ScaleInplaceMatchesCpuBitExact) {
   }
 }
 
+// add_scaled on the GPU gives the CPU's bits (no fused multiply-add), with 16-byte chunks (f32
+// into f32, n a multiple of 4) and one element at a time (the other pairs, odd n).
+TEST(ElementwiseCuda, AddScaledMatchesCpuBitExact) {
+  ZT_SKIP_WITHOUT_CUDA();
+  const float scale = 1.0f / 3.0f;
+  for (int64_t n : {int64_t{1000}, int64_t{1001}}) {
+    for (DType acc_t : {DType::f32, DType::f64}) {
+      for (DType in_t : kFloatDtypes) {
+        SCOPED_TRACE(std::string(dtype_name(acc_t)) + " += " + std::string(dtype_name(in_t)) +
+                     ", n " + std::to_string(n));
+        Tensor in = random_tensor({n}, in_t, 1801, -100.0, 100.0);
+        for (kernels::Accumulate mode : {kernels::Accumulate::kAdd, kernels::Accumulate::kWrite}) {
+          Tensor acc = random_tensor({n}, acc_t, 1802, -100.0, 100.0);
+          Tensor acc_d = acc.to(Device::cuda(0));
+          kernels::add_scaled(acc, in, scale, mode);
+          kernels::add_scaled(acc_d, in.to(Device::cuda(0)), scale, mode);
+          expect_equal(values(acc_d), values(acc), "add_scaled");
+        }
+      }
+    }
+  }
+}
+
+// grad_clip_scale on the GPU gives the CPU's bits (f64 arithmetic on both).
+TEST(ElementwiseCuda, GradClipScaleMatchesCpuBitExact) {
+  ZT_SKIP_WITHOUT_CUDA();
+  for (double sumsq : {0.0, 0.3, 9.0, 1e7, std::numeric_limits<double>::infinity()}) {
+    for (double loss_scale : {1.0, 1024.0}) {
+      for (double max_norm : {0.0, 1.0, 0.3}) {
+        Tensor ref = Tensor::zeros({1}, DType::f32);
+        Tensor ss = Tensor::from_doubles({sumsq}, {1}, DType::f64);
+        kernels::grad_clip_scale(ref, ss, loss_scale, max_norm);
+        Tensor out = Tensor::zeros({1}, DType::f32, Device::cuda(0));
+        kernels::grad_clip_scale(out, ss.to(Device::cuda(0)), loss_scale, max_norm);
+        EXPECT_EQ(out.item(), ref.item()) << sumsq << " " << loss_scale << " " << max_norm;
+      }
+    }
+  }
+}
+
 struct NonfiniteCase {
   const char* name;
   DType dtype;

@@ -3,9 +3,13 @@
 // sizes not multiple of 4, some misaligned (the scalar path), one large enough and enough of them
 // to need several launches of the fixed-capacity chunk table. The 16-bit parameter copy must equal
 // the rounding of the updated f32 parameters (round to nearest even, written here on the host).
+// From step 2 on, the GPU reads the gradient factor from device memory (grad_scale_at, as the
+// engine's step passes grad_clip_scale's output) with a wrong grad_scale beside it, and on step 3
+// the CPU reads it through a host pointer likewise: the same updates as the plain value.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -20,6 +24,30 @@ using kernels::BiasCorrection;
 using kernels::OptimChunk;
 
 enum class ZeroFirstChunk : unsigned char { kNo, kYes };
+
+// The gradient factor 0.5 in device memory, for grad_scale_at.
+const float* device_half() {
+  static const Tensor t = Tensor::from_floats({0.5f}, {1}, DType::f32).to(Device::cuda(0));
+  return t.data<float>();
+}
+const float kHostHalf = 0.5f;
+
+// Args for the CPU and the GPU call of `step`: grad_scale 0.5, or from step 2 (GPU) / 3 (CPU) a
+// pointer to 0.5 with a grad_scale that would be wrong.
+template <typename Args>
+std::pair<Args, Args> with_factor(Args a, int64_t step) {
+  a.grad_scale = 0.5f;
+  Args cpu = a, gpu = a;
+  if (step >= 2) {
+    gpu.grad_scale = 7.0f;
+    gpu.grad_scale_at = device_half();
+  }
+  if (step >= 3) {
+    cpu.grad_scale = 7.0f;
+    cpu.grad_scale_at = &kHostHalf;
+  }
+  return {cpu, gpu};
+}
 
 struct OptimBuffers {
   std::vector<int64_t> offset;
@@ -133,14 +161,14 @@ TEST(OptimCuda, AdamModesMatchCpuOverSteps) {
       kernels::AdamArgs a;
       a.lr = 0.05f;
       a.weight_decay = 0.1f;
-      a.grad_scale = 0.5f;
       a.step = step;
       a.mode = c.mode;
       a.bias_correction = c.bc;
+      const auto [ac, ag] = with_factor(a, step);
       const std::vector<OptimChunk> cpu = buf.chunks(Device::cpu(), 2);
       const std::vector<OptimChunk> gpu = buf.chunks(Device::cuda(0), 2);
-      kernels::adam_step(a, cpu, Device::cpu());
-      kernels::adam_step(a, gpu, Device::cuda(0));
+      kernels::adam_step(ac, cpu, Device::cpu());
+      kernels::adam_step(ag, gpu, Device::cuda(0));
     }
     buf.expect_match("adam");
   }
@@ -165,10 +193,10 @@ TEST(OptimCuda, SgdVariantsMatchCpuOverSteps) {
       a.dampening = c.dampening;
       a.nesterov = c.nesterov;
       a.weight_decay = 0.01f;
-      a.grad_scale = 0.5f;
       a.first_step = step == 1;
-      kernels::sgd_step(a, buf.chunks(Device::cpu(), states), Device::cpu());
-      kernels::sgd_step(a, buf.chunks(Device::cuda(0), states), Device::cuda(0));
+      const auto [ac, ag] = with_factor(a, step);
+      kernels::sgd_step(ac, buf.chunks(Device::cpu(), states), Device::cpu());
+      kernels::sgd_step(ag, buf.chunks(Device::cuda(0), states), Device::cuda(0));
     }
     buf.expect_match("sgd");
   }
@@ -183,13 +211,13 @@ TEST(OptimCuda, LambMatchesCpuOverSteps) {
     kernels::LambArgs a;
     a.lr = 0.02f;
     a.weight_decay = 0.01f;
-    a.grad_scale = 0.5f;
     a.step = step;
     // A narrow clamp so that some chunks' trust ratios are clamped and others are not.
     a.max_coeff = 2.0f;
     a.min_coeff = 0.5f;
-    kernels::lamb_step(a, buf.chunks(Device::cpu(), 2), Device::cpu());
-    kernels::lamb_step(a, buf.chunks(Device::cuda(0), 2), Device::cuda(0));
+    const auto [ac, ag] = with_factor(a, step);
+    kernels::lamb_step(ac, buf.chunks(Device::cpu(), 2), Device::cpu());
+    kernels::lamb_step(ag, buf.chunks(Device::cuda(0), 2), Device::cuda(0));
   }
   buf.expect_match("lamb");
 }

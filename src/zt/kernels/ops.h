@@ -42,6 +42,9 @@ struct AdamArgs {
   float weight_decay = 0.0f;
   int64_t step = 1;         // 1-based count of applied steps (for bias correction)
   float grad_scale = 1.0f;  // gradients are multiplied by this first (1 / (loss scale * clip))
+  // When set, a float on the optimizer's device used instead of grad_scale (grad_clip_scale's
+  // output: the engine's step then needs no host round trip before the optimizer).
+  const float* grad_scale_at = nullptr;
   AdamMode mode = AdamMode::kAdamW;
   BiasCorrection bias_correction = BiasCorrection::kOn;
 };
@@ -66,6 +69,7 @@ struct SgdArgs {
   bool nesterov = false;
   bool first_step = true;  // torch: the momentum buffer starts as a copy of the first gradient
   float grad_scale = 1.0f;
+  const float* grad_scale_at = nullptr;  // as AdamArgs'
 };
 
 struct LambArgs {
@@ -76,6 +80,7 @@ struct LambArgs {
   float weight_decay = 0.0f;
   int64_t step = 1;
   float grad_scale = 1.0f;
+  const float* grad_scale_at = nullptr;  // as AdamArgs'
   float max_coeff = 10.0f;
   float min_coeff = 0.01f;
   BiasCorrection bias_correction = BiasCorrection::kOn;

@@ -56,6 +56,7 @@ void Optimizer::apply(const StepValues& v, std::span<const kernels::OptimChunk> 
                           .weight_decay = static_cast<float>(spec_.weight_decay),
                           .step = steps_,
                           .grad_scale = v.grad_scale,
+                          .grad_scale_at = v.grad_scale_at,
                           .mode = spec_.adam_mode,
                           .bias_correction = spec_.bias_correction};
       kernels::adam_step(a, chunks, device, s);
@@ -68,7 +69,8 @@ void Optimizer::apply(const StepValues& v, std::span<const kernels::OptimChunk> 
                          .weight_decay = static_cast<float>(spec_.weight_decay),
                          .nesterov = spec_.nesterov,
                          .first_step = steps_ == 1,
-                         .grad_scale = v.grad_scale};
+                         .grad_scale = v.grad_scale,
+                         .grad_scale_at = v.grad_scale_at};
       kernels::sgd_step(a, chunks, device, s);
       break;
     }
@@ -80,6 +82,7 @@ void Optimizer::apply(const StepValues& v, std::span<const kernels::OptimChunk> 
                           .weight_decay = static_cast<float>(spec_.weight_decay),
                           .step = steps_,
                           .grad_scale = v.grad_scale,
+                          .grad_scale_at = v.grad_scale_at,
                           .max_coeff = static_cast<float>(spec_.max_coeff),
                           .min_coeff = static_cast<float>(spec_.min_coeff),
                           .bias_correction = spec_.bias_correction};

@@ -48,6 +48,8 @@ struct StepValues {
   double beta1 = 0.9;
   double beta2 = 0.999;
   float grad_scale = 1.0f;  // gradients are multiplied by this first
+  // When set, a float on the optimizer's device used instead of grad_scale (kernels::AdamArgs).
+  const float* grad_scale_at = nullptr;
 };
 
 class Optimizer {

@@ -8,6 +8,7 @@
 #include "zt/core/file_io.h"
 #include "zt/core/host_memory.h"
 #include "zt/core/log.h"
+#include "zt/kernels/grad_clip.h"
 #include "zt/nn/models/transformer.h"
 #include "zt/runtime/py_format.h"
 
@@ -352,6 +353,8 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   if (timers_ && z.stage == 3) zero_->set_gather_timing(true);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
+  step_sums_ = Tensor::zeros({2}, DType::f64, dev);
+  grad_factor_ = Tensor::zeros({1}, DType::f32, dev);
   zero::ModelStateBytes b = zero_->state_bytes();
   if (comm_->rank() == 0) {
     std::string host;
@@ -639,12 +642,17 @@ Status Engine::apply_step(StepStats& stats) {
   const Stream& s = ctx_.stream;
   const int n_units = static_cast<int>(zero_->units().size());
   const bool sharded = config_.zero.stage >= 1;
-  std::vector<double> loss{loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0};
-  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
-  stats.loss = loss[0] / comm_->world_size();
+  const double local_loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0;
   stats.lr = lr();
   const double scale = scaler_.scale();
   stats.loss_scale = scale;
+  if (options_.device.is_cuda() && (sharded || comm_->world_size() == 1) &&
+      !scaler_.checks_overflow() && !zero_->offloaded()) {
+    return apply_step_on_device(stats, local_loss);
+  }
+  std::vector<double> loss{local_loss};
+  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
+  stats.loss = loss[0] / comm_->world_size();
 
   // Overflow: an inf/nan in this rank's reduced gradient, MAX-reduced over ranks (§2).
   bool overflow = false;
@@ -684,24 +692,52 @@ Status Engine::apply_step(StepStats& stats) {
   if (sharded) ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(sumsq, ReduceOp::kSum));
   const double total = std::sqrt(sumsq[0]);  // norm of the scaled gradients
   stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
-  double combined = scale;
-  if (config_.gradient_clipping > 0 && std::isfinite(total)) {
-    double clip = (total / scale + 1e-6) / config_.gradient_clipping;
-    if (clip > 1) combined = clip * scale;
-  }
+  optim::StepValues v = step_values(stats.lr);
+  v.grad_scale = kernels::grad_clip_factor(sumsq[0], scale, config_.gradient_clipping);
 
+  ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
+  return finish_step(stats);
+}
+
+// The same step as apply_step's host path, to the bit, but nothing is read back before the
+// optimizer is queued: the host would wait for the end of backward and the GPU would then idle
+// through the round trips (two all-reduces of host values and their copies: ~18 ms a step of
+// Llama 8B on two GPUs). The gradients' sum of squares and the mean loss are summed over ranks in
+// one collective on the compute stream, grad_clip_scale turns the sum into the factor the
+// optimizer kernels read from device memory, and the sums come back once the optimizer is queued.
+Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
+  const Stream& s = ctx_.stream;
+  step_sums_.copy_from(Tensor::from_doubles({0.0, local_loss}, {2}, DType::f64), s);
+  Tensor sumsq = step_sums_.view(0, {1});
+  const int n_units = static_cast<int>(zero_->units().size());
+  for (int u = 0; u < n_units; ++u) {
+    if (zero_->trainable(u)) kernels::sum_squares_accumulate(sumsq, zero_->step_grad(u), s);
+  }
+  CommHandle sums;
+  if (comm_->world_size() > 1) sums = comm_->all_reduce(step_sums_, ReduceOp::kSum, s);
+  const double scale = scaler_.scale();
+  kernels::grad_clip_scale(grad_factor_, sumsq, scale, config_.gradient_clipping, s);
+  optim::StepValues v = step_values(stats.lr);
+  v.grad_scale_at = grad_factor_.data<float>();
+  ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
+  ZT_RETURN_IF_ERROR(sums.wait());  // (a default handle is complete)
+  const std::vector<double> back = step_sums_.to(Device::cpu(), s).to_doubles();
+  stats.loss = back[1] / comm_->world_size();
+  const double total = std::sqrt(back[0]);
+  stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
+  return finish_step(stats);
+}
+
+optim::StepValues Engine::step_values(double lr) const {
   optim::StepValues v;
-  v.lr = stats.lr;
+  v.lr = lr;
   v.beta1 = optimizer_.spec().beta1;
   v.beta2 = optimizer_.spec().beta2;
   if (scheduler_) {
     if (auto m = scheduler_->momentum()) v.beta1 = *m;
     if (auto b2 = scheduler_->beta2()) v.beta2 = *b2;
   }
-  v.grad_scale = static_cast<float>(1.0 / combined);
-
-  ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
-  return finish_step(stats);
+  return v;
 }
 
 Status Engine::finish_step(StepStats& stats) {

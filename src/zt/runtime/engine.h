@@ -170,6 +170,11 @@ class Engine {
 
  private:
   Status apply_step(StepStats& stats);
+  // apply_step on a GPU without overflow checks or an offloaded optimizer: the loss, the norm
+  // and the clip factor stay on the device until the optimizer is queued.
+  Status apply_step_on_device(StepStats& stats, double local_loss);
+  // The optimizer's step values but the gradient factor (the config, the scheduler).
+  optim::StepValues step_values(double lr) const;
   // After the optimizer: zero gradients, step the scheduler, advance the counters.
   Status finish_step(StepStats& stats);
   void report_progress() const;
@@ -204,6 +209,8 @@ class Engine {
   Tensor attention_mask_dev_;
   Tensor found_inf_;  // (1) f32
   Tensor norm_acc_;   // (1) f64
+  Tensor step_sums_;  // (2) f64 on the device: the gradients' sum of squares, the mean loss
+  Tensor grad_factor_;  // (1) f32 on the device: grad_clip_scale's output
   int64_t global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0, micro_steps_ = 0;
   double loss_sum_ = 0;
   int loss_count_ = 0;

@@ -1,7 +1,8 @@
 // ZeroState's gradient reduction (zero_state.h): units join a bucket as backward finishes them
 // (grad_bucket.h), a flushed bucket is one coalesced collective (stage 0: all-reduce of the full
 // gradients in place; stages 1-3: reduce-scatter into fresh own-chunk buffers), and completing it
-// scales the result and adds it into the unit's grad_shard. Stages 0-1 reduce only at the
+// scales the result and adds it into the unit's grad_shard (kernels::add_scaled, one pass; the
+// first reduction of a step writes it). Stages 0-1 reduce only at the
 // accumulation boundary, stages 2-3 every micro-step.
 //
 // With overlap_comm, up to kInFlight buckets stay in flight while backward goes on (on the GPU
@@ -33,11 +34,14 @@ void ZeroState::scale_pre(Tensor& g) {
   }
 }
 
+float ZeroState::post_factor() const {
+  if (options_.prescale) return 1.0f;
+  return static_cast<float>(options_.predivide_factor / world_size());
+}
+
 void ZeroState::scale_post(Tensor& g) {
-  const int W = world_size();
-  if (options_.prescale) return;
-  const double f = options_.predivide_factor / W;
-  if (f != 1.0) kernels::scale_inplace(g, static_cast<float>(f), options_.stream);
+  const float f = post_factor();
+  if (f != 1.0f) kernels::scale_inplace(g, f, options_.stream);
 }
 
 void ZeroState::ensure_grad(int u) {
@@ -125,13 +129,11 @@ void ZeroState::complete_reduce(PendingReduce& p) {
       scale_post(st.grad);
       continue;
     }
-    if (r.dtype() != st.grad_shard.dtype()) {
-      Tensor f = Tensor::empty(r.shape(), st.grad_shard.dtype(), options_.device, s);
-      kernels::cast(f, r, s);
-      r = f;
-    }
-    scale_post(r);
-    kernels::add_inplace(st.grad_shard, r, s);
+    // Converted (communication_data_type), scaled and added in one pass; the first reduction
+    // after zero_grads() writes the chunk instead of adding to zeros.
+    kernels::add_scaled(st.grad_shard, r, post_factor(),
+                        st.shard_stale ? kernels::Accumulate::kWrite : kernels::Accumulate::kAdd, s);
+    st.shard_stale = false;
   }
 }
 

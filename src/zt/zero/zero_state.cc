@@ -544,7 +544,13 @@ ModelStateBytes ZeroState::state_bytes() const {
 }
 
 Tensor& ZeroState::step_grad(int u) {
-  return options_.stage == 0 ? units_[u].grad : units_[u].grad_shard;
+  UnitState& st = units_[u];
+  if (options_.stage == 0) return st.grad;
+  if (st.shard_stale) {  // no reduction wrote it this step: its gradient is zero
+    st.grad_shard.zero(options_.stream);
+    st.shard_stale = false;
+  }
+  return st.grad_shard;
 }
 
 Tensor ZeroState::own_compute_chunk(int u) {
@@ -597,7 +603,7 @@ Status ZeroState::publish_params(bool lowp_written, bool with_frozen) {
 void ZeroState::zero_grads() {
   for (auto& u : units_) {
     if (u.grad.defined()) u.grad.zero(options_.stream);
-    if (u.grad_shard.defined()) u.grad_shard.zero(options_.stream);
+    if (u.grad_shard.defined()) u.shard_stale = true;  // the next reduction overwrites it
   }
 }
 

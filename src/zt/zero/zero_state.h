@@ -142,6 +142,9 @@ struct UnitState {
   int64_t param_read_ticket = 0;
   Tensor grad;                // full gradient (stages 2-3: from its backward until reduced)
   Tensor grad_shard;          // stages 1-3: own chunk of the reduced, averaged gradient (f32)
+  // zero_grads() leaves grad_shard's old values and sets this instead of clearing it: the first
+  // reduction of the next step writes it whole, and step_grad() clears it for a unit none wrote.
+  bool shard_stale = false;
   Tensor master;              // fp32 master weights: full (stage 0) or own chunk (stages 1-3)
   std::vector<Tensor> state;  // optimizer state, same extent as master
   // (master and state are in host memory when offloaded: ZeroOptions::optimizer_placement)
@@ -343,6 +346,9 @@ class ZeroState : public nn::UnitHooks {
   void ensure_grad(int u);
   void record(const Status& s);
   void scale_pre(Tensor& g);
+  // The factor a reduced gradient is multiplied by after the collective (DeepSpeed: 1 with
+  // prescale_gradients, else gradient_predivide_factor / world size), and applying it in place.
+  float post_factor() const;
   void scale_post(Tensor& g);
 
   nn::Model& model_;

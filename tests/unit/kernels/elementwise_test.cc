@@ -1,7 +1,7 @@
 // Tests of the CPU elementwise helpers (kernels/cpu/elementwise.cc): casts among f32/f64/bf16/f16
 // against zt/core/half.h's rounding (specials included) and exact round trips, scaling,
-// scale_check_nonfinite's flag (set on inf/nan, never cleared), and sum_squares_accumulate
-// against a long-double sum.
+// scale_check_nonfinite's flag (set on inf/nan, never cleared), add_scaled against cast, scale and
+// add in turn, and sum_squares_accumulate against a long-double sum.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -105,6 +105,55 @@ TEST(ScaleInplace, ScalesEveryFloatDtype) {
       if (dt == DType::f16) expected = round_to_f16(static_cast<float>(expected));
       EXPECT_EQ(after[i], expected) << dtype_name(dt) << " at " << i;
     }
+  }
+}
+
+// add_scaled is cast, scale_inplace and add_inplace in one pass: the same bits as those three in
+// turn (f32 and f64 accumulators, every input dtype, a scale that rounds), and kWrite ignores the
+// accumulator's old values (NaN there must not leak).
+TEST(AddScaled, EqualsCastScaleAddInTurn) {
+  const float scale = 1.0f / 3.0f;
+  for (DType acc_t : {DType::f32, DType::f64}) {
+    for (DType in_t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(acc_t)) + " += " + std::string(dtype_name(in_t)));
+      Tensor in = testing::random_tensor({1000}, in_t, 11, -50.0, 50.0);
+      Tensor acc = testing::random_tensor({1000}, acc_t, 12, -50.0, 50.0);
+      Tensor expected = acc.clone();
+      Tensor c = Tensor::empty({1000}, acc_t);
+      kernels::cast(c, in);
+      kernels::scale_inplace(c, scale);
+      kernels::add_inplace(expected, c);
+      kernels::add_scaled(acc, in, scale, kernels::Accumulate::kAdd);
+      EXPECT_EQ(acc.to_doubles(), expected.to_doubles());
+
+      Tensor fresh = Tensor::from_doubles(std::vector<double>(1000, std::nan("")), {1000}, acc_t);
+      kernels::add_scaled(fresh, in, scale, kernels::Accumulate::kWrite);
+      EXPECT_EQ(fresh.to_doubles(), c.to_doubles());
+    }
+  }
+}
+
+// grad_clip_scale against DeepSpeed's clipping written out here (clip_grad_norm_: the unscaled
+// norm n, clip = (n + 1e-6) / max_norm, applied when > 1, folded with the loss scale): no
+// clipping, clipping off, a clipped norm, a loss scale, and non-finite sums (no clipping then).
+TEST(GradClipScale, MatchesDeepSpeedsClipping) {
+  struct Case {
+    double sumsq, loss_scale, max_norm;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  for (Case c : {Case{0.25, 1.0, 1.0}, Case{9.0, 1.0, 0.0}, Case{9.0, 1.0, 1.0},
+                 Case{1e6, 1024.0, 2.5}, Case{0.0, 1.0, 1.0}, Case{inf, 1.0, 1.0},
+                 Case{std::nan(""), 65536.0, 1.0}, Case{2.0, 3.0, 0.1}}) {
+    const double n = std::sqrt(c.sumsq) / c.loss_scale;
+    double combined = c.loss_scale;
+    if (c.max_norm > 0 && std::isfinite(n) && (n + 1e-6) / c.max_norm > 1) {
+      combined = (n + 1e-6) / c.max_norm * c.loss_scale;
+    }
+    Tensor out = Tensor::zeros({1}, DType::f32);
+    Tensor sumsq = Tensor::from_doubles({c.sumsq}, {1}, DType::f64);
+    kernels::grad_clip_scale(out, sumsq, c.loss_scale, c.max_norm);
+    EXPECT_EQ(out.data<float>()[0], static_cast<float>(1.0 / combined))
+        << c.sumsq << " " << c.loss_scale << " " << c.max_norm;
   }
 }
 

@@ -40,7 +40,7 @@ AdamCoeffs adam_coeffs(const AdamArgs& a) {
           1.0f - a.beta1,
           1.0f - a.beta2,
           a.eps,
-          a.grad_scale,
+          a.grad_scale_at != nullptr ? *a.grad_scale_at : a.grad_scale,
           a.mode == AdamMode::kL2 ? a.weight_decay : 0.0f,
           a.mode == AdamMode::kAdamW ? a.weight_decay : 0.0f,
           static_cast<float>(bc1),

@@ -8,6 +8,7 @@
 
 #include "zt/kernels/cpu/cpu_ops.h"
 #include "zt/kernels/cpu/float_elem.h"
+#include "zt/kernels/grad_clip.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -42,6 +43,24 @@ bool scale_impl(T* x, float scale, int64_t n) {
     nonfinite |= std::isfinite(elem_load(x[i])) ? 0 : 1;
   }
   return nonfinite != 0;
+}
+
+// out = [out +] (T) in * scale, the product rounded to T before the add (no contraction: the
+// build passes -ffp-contract=off).
+template <typename T, typename S>
+void add_scaled_impl(T* out, const S* in, float scale, bool add, int64_t n) {
+  const T k = static_cast<T>(scale);
+#pragma omp parallel for if (parallel : n >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    if constexpr (std::is_same_v<S, double> || std::is_same_v<T, double>) {
+      v = static_cast<T>(static_cast<double>(elem_load(in[i])));
+    } else {
+      v = static_cast<T>(elem_load(in[i]));
+    }
+    const T p = v * k;
+    out[i] = add ? out[i] + p : p;
+  }
 }
 
 template <typename T>
@@ -79,6 +98,24 @@ void scale_inplace(Tensor& x, float scale, const Stream& s) {
   });
 }
 
+void add_scaled(Tensor& out, const Tensor& in, float scale, Accumulate mode, const Stream& s) {
+  ZT_ASSERT(out.device().is_cpu() && in.device().is_cpu(),
+            "add_scaled (cpu): both tensors must be on the CPU");
+  ZT_ASSERT(out.numel() == in.numel() && (out.dtype() == DType::f32 || out.dtype() == DType::f64),
+            "add_scaled: out {} {} must be f32 or f64 with the numel of in {}", out.shape().str(),
+            dtype_name(out.dtype()), in.shape().str());
+  const bool add = mode == Accumulate::kAdd;
+  float_dtype_visit(in.dtype(), "add_scaled", [&](auto s_tag) {
+    using S = decltype(s_tag);
+    const S* src = static_cast<const S*>(in.data());
+    if (out.dtype() == DType::f32) {
+      add_scaled_impl(out.data<float>(), src, scale, add, in.numel());
+    } else {
+      add_scaled_impl(out.data<double>(), src, scale, add, in.numel());
+    }
+  });
+}
+
 void scale_check_nonfinite(Tensor& x, float scale, Tensor& found_nonfinite, const Stream& s) {
   ZT_ASSERT(x.device().is_cpu() && found_nonfinite.device().is_cpu(),
             "scale_check_nonfinite (cpu): both tensors must be on the CPU");
@@ -106,6 +143,17 @@ void sum_squares_accumulate(Tensor& acc, const Tensor& x, const Stream& s) {
     sum = sum_squares_impl(static_cast<const T*>(x.data()), x.numel());
   });
   acc.data<double>()[0] += sum;
+}
+
+void grad_clip_scale(Tensor& out, const Tensor& sumsq, double loss_scale, double max_norm,
+                     const Stream& s) {
+  ZT_ASSERT(out.device().is_cpu() && sumsq.device().is_cpu(),
+            "grad_clip_scale (cpu): both tensors must be on the CPU");
+  ZT_ASSERT(out.numel() == 1 && out.dtype() == DType::f32 && sumsq.numel() == 1 &&
+                sumsq.dtype() == DType::f64,
+            "grad_clip_scale: out {} {} must be (1) f32 and sumsq {} {} (1) f64", out.shape().str(),
+            dtype_name(out.dtype()), sumsq.shape().str(), dtype_name(sumsq.dtype()));
+  out.data<float>()[0] = grad_clip_factor(sumsq.data<double>()[0], loss_scale, max_norm);
 }
 
 }  // namespace zt::kernels::cpu

@@ -38,7 +38,7 @@ LambCoeffs lamb_coeffs(const LambArgs& a) {
           1.0f - a.beta2,
           a.eps,
           a.weight_decay,
-          a.grad_scale,
+          a.grad_scale_at != nullptr ? *a.grad_scale_at : a.grad_scale,
           static_cast<float>(1.0 / bc1),
           static_cast<float>(1.0 / bc2)};
 }

@@ -27,9 +27,10 @@ void sgd_chunk(const SgdArgs& a, SgdMomentum mom, const OptimChunk& c) {
   float* __restrict buf = c.state1;
   [[maybe_unused]] Lowp* __restrict lowp = static_cast<Lowp*>(c.param_lowp);
   const float one_minus_damp = 1.0f - a.dampening;
+  const float grad_scale = a.grad_scale_at != nullptr ? *a.grad_scale_at : a.grad_scale;
 #pragma omp parallel for simd if (parallel : c.n >= kParallelMinWork)
   for (int64_t i = 0; i < c.n; ++i) {
-    float d = g[i] * a.grad_scale;
+    float d = g[i] * grad_scale;
     if (a.weight_decay != 0.0f) d += a.weight_decay * p[i];
     if (mom != SgdMomentum::kNone) {
       const float b = mom == SgdMomentum::kFirst ? d : a.momentum * buf[i] + one_minus_damp * d;

@@ -13,16 +13,19 @@ namespace {
 struct AdamOp {
   static constexpr unsigned kLoads = kMtParam | kMtGrad | kMtState1 | kMtState2;
   static constexpr unsigned kStores = kMtParam | kMtState1 | kMtState2;
-  struct Partial {};
+  struct Partial {
+    float grad_scale;
+  };
 
   float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  const float* grad_scale_at;  // when set, read instead of grad_scale
   float bc1;       // 1 - beta1^step
   float sqrt_bc2;  // sqrt(1 - beta2^step)
   AdamMode mode;
 
-  __device__ void apply(MtPack& k, int j, Partial&) const {
+  __device__ void apply(MtPack& k, int j, Partial& part) const {
     const float p = k.p[j];
-    float g = k.g[j] * grad_scale;
+    float g = k.g[j] * part.grad_scale;
     if (mode == AdamMode::kL2) g += weight_decay * p;
     const float m = beta1 * k.s1[j] + (1.0f - beta1) * g;
     const float v = beta2 * k.s2[j] + (1.0f - beta2) * g * g;
@@ -32,7 +35,9 @@ struct AdamOp {
     k.s1[j] = m;
     k.s2[j] = v;
   }
-  __device__ void begin(const MtChunk&, Partial&) const {}
+  __device__ void begin(const MtChunk&, Partial& part) const {
+    part.grad_scale = grad_scale_at != nullptr ? *grad_scale_at : grad_scale;
+  }
   __device__ void finish(const MtChunk&, Partial&) const {}
 };
 
@@ -56,6 +61,7 @@ void adam_step(const AdamArgs& args, std::span<const OptimChunk> chunks, Device 
   op.eps = args.eps;
   op.weight_decay = args.weight_decay;
   op.grad_scale = args.grad_scale;
+  op.grad_scale_at = args.grad_scale_at;
   op.bc1 = bias_correction(args.beta1, args.step, args.bias_correction);
   op.sqrt_bc2 = std::sqrt(bias_correction(args.beta2, args.step, args.bias_correction));
   op.mode = args.mode;

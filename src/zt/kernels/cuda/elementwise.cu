@@ -6,6 +6,7 @@
 // thread reads an element before writing the same element).
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
+#include "zt/kernels/grad_clip.h"
 
 #include <type_traits>
 
@@ -110,6 +111,57 @@ __global__ void scale_kernel(T* x, float scale, int64_t n) {
   ZT_GRID_STRIDE(i, n) {
     x[i] = store_arith<T>(load_arith(x[i]) * scale);
   }
+}
+
+// out = [out +] convert<T>(in) * scale, product and sum each rounded (no fused multiply-add: the
+// same bits as cast, scale and add in turn). kV elements a thread (16-byte chunks when kV > 1).
+template <typename T, typename S, int kV>
+__global__ void add_scaled_kernel(T* out, const S* in, float scale, bool add, int64_t n_vec) {
+  ZT_GRID_STRIDE(i, n_vec) {
+    T v[kV];
+    if constexpr (kV > 1) {  // T = S = float
+      const float4 a = *reinterpret_cast<const float4*>(in + i * kV);
+      v[0] = a.x;
+      v[1] = a.y;
+      v[2] = a.z;
+      v[3] = a.w;
+    } else {
+      v[0] = convert<T>(in[i]);
+    }
+    T o[kV];
+    if (add) {
+      if constexpr (kV > 1) {
+        const float4 b = *reinterpret_cast<const float4*>(out + i * kV);
+        o[0] = b.x;
+        o[1] = b.y;
+        o[2] = b.z;
+        o[3] = b.w;
+      } else {
+        o[0] = out[i];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kV; ++k) {
+      T p;
+      if constexpr (std::is_same_v<T, double>) {
+        p = __dmul_rn(v[k], static_cast<double>(scale));
+        o[k] = add ? __dadd_rn(o[k], p) : p;
+      } else {
+        p = __fmul_rn(v[k], scale);
+        o[k] = add ? __fadd_rn(o[k], p) : p;
+      }
+    }
+    if constexpr (kV > 1) {
+      *reinterpret_cast<float4*>(out + i * kV) = make_float4(o[0], o[1], o[2], o[3]);
+    } else {
+      out[i] = o[0];
+    }
+  }
+}
+
+__global__ void grad_clip_scale_kernel(float* out, const double* sumsq, double loss_scale,
+                                       double max_norm) {
+  out[0] = grad_clip_factor(sumsq[0], loss_scale, max_norm);
 }
 
 // The check reads the stored (rounded) value: an f16 gradient that overflows when scaled is inf
@@ -249,6 +301,39 @@ void scale_inplace(Tensor& x, float scale, const Stream& s) {
   });
 }
 
+void add_scaled(Tensor& out, const Tensor& in, float scale, Accumulate mode, const Stream& s) {
+  check_cuda(out, "add_scaled", "out");
+  check_cuda(in, "add_scaled", "in");
+  check_numel(out, in.numel(), "add_scaled", "out");
+  check_same_device(out, in, "add_scaled");
+  ZT_ASSERT(out.dtype() == DType::f32 || out.dtype() == DType::f64,
+            "add_scaled: out must be f32 or f64, not {}", dtype_name(out.dtype()));
+  const int64_t n = in.numel();
+  if (n == 0) return;
+  const bool add = mode == Accumulate::kAdd;
+  DeviceGuard guard(out.device());
+  dispatch_float(out.dtype(), "add_scaled", [&](auto otag) {
+    using T = typename decltype(otag)::type;
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    dispatch_float(in.dtype(), "add_scaled", [&](auto itag) {
+      using S = typename decltype(itag)::type;
+      if constexpr (std::is_same_v<T, float> && std::is_same_v<S, float>) {
+        if (n % 4 == 0 && vec16_aligned(ptr<const float>(out), ptr<const float>(in))) {
+          add_scaled_kernel<float, float, 4>
+              <<<grid_for(n / 4, kThreads), kThreads, 0, stream_of(s)>>>(
+                  ptr<float>(out), ptr<const float>(in), scale, add, n / 4);
+          ZT_CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
+      add_scaled_kernel<T, S, 1><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<const S>(in), scale, add, n);
+      ZT_CUDA_CHECK_LAUNCH();
+    });
+    }
+  });
+}
+
 void scale_check_nonfinite(Tensor& x, float scale, Tensor& found_nonfinite, const Stream& s) {
   check_cuda(x, "scale_check_nonfinite", "x");
   check_dtype(found_nonfinite, DType::f32, "scale_check_nonfinite", "found_nonfinite");
@@ -280,6 +365,20 @@ void sum_squares_accumulate(Tensor& acc, const Tensor& x, const Stream& s) {
         ptr<double>(acc), ptr<const T>(x), n);
     ZT_CUDA_CHECK_LAUNCH();
   });
+}
+
+void grad_clip_scale(Tensor& out, const Tensor& sumsq, double loss_scale, double max_norm,
+                     const Stream& s) {
+  check_cuda(out, "grad_clip_scale", "out");
+  check_dtype(out, DType::f32, "grad_clip_scale", "out");
+  check_numel(out, 1, "grad_clip_scale", "out");
+  check_dtype(sumsq, DType::f64, "grad_clip_scale", "sumsq");
+  check_numel(sumsq, 1, "grad_clip_scale", "sumsq");
+  check_same_device(out, sumsq, "grad_clip_scale");
+  DeviceGuard guard(out.device());
+  grad_clip_scale_kernel<<<1, 1, 0, stream_of(s)>>>(ptr<float>(out), ptr<const double>(sumsq),
+                                                     loss_scale, max_norm);
+  ZT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace zt::kernels::cuda

@@ -29,14 +29,18 @@ struct LambMomentsOp {
   struct Partial {
     float p_sq;
     float u_sq;
+    float grad_scale;
   };
 
   LambCoeffs k;
+  const float* grad_scale_at;  // when set, read instead of k.grad_scale
   float* norms;  // (2 * chunks): ||p||^2, ||u||^2 of chunk i at 2i, 2i+1
 
-  __device__ void begin(const MtChunk&, Partial&) const {}
+  __device__ void begin(const MtChunk&, Partial& part) const {
+    part.grad_scale = grad_scale_at != nullptr ? *grad_scale_at : k.grad_scale;
+  }
   __device__ void apply(MtPack& pk, int j, Partial& part) const {
-    const float g = pk.g[j] * k.grad_scale;
+    const float g = pk.g[j] * part.grad_scale;
     const float m = k.beta1 * pk.s1[j] + (1.0f - k.beta1) * g;
     const float v = k.beta2 * pk.s2[j] + (1.0f - k.beta2) * g * g;
     const float u = k.update(m, v, pk.p[j]);
@@ -110,6 +114,7 @@ void lamb_step(const LambArgs& args, std::span<const OptimChunk> chunks, Device 
 
   LambMomentsOp moments{};
   moments.k = k;
+  moments.grad_scale_at = args.grad_scale_at;
   moments.norms = static_cast<float*>(norms.data());
   multi_tensor_apply<LambMomentsOp>(mt, moments, stream);
 

@@ -17,16 +17,19 @@ enum class FirstStep : unsigned char { kNo, kYes };
 struct SgdOp {
   static constexpr unsigned kLoads = kMtParam | kMtGrad | kMtState1;
   static constexpr unsigned kStores = kMtParam | kMtState1;
-  struct Partial {};
+  struct Partial {
+    float grad_scale;
+  };
 
   float lr, momentum, dampening, weight_decay, grad_scale;
+  const float* grad_scale_at;  // when set, read instead of grad_scale
   Momentum use_momentum;
   Nesterov nesterov;
   FirstStep first;
 
-  __device__ void apply(MtPack& k, int j, Partial&) const {
+  __device__ void apply(MtPack& k, int j, Partial& part) const {
     const float p = k.p[j];
-    float g = k.g[j] * grad_scale;
+    float g = k.g[j] * part.grad_scale;
     if (weight_decay != 0.0f) g += weight_decay * p;
     float d = g;
     if (use_momentum == Momentum::kOn) {
@@ -36,7 +39,9 @@ struct SgdOp {
     }
     k.p[j] = p - lr * d;
   }
-  __device__ void begin(const MtChunk&, Partial&) const {}
+  __device__ void begin(const MtChunk&, Partial& part) const {
+    part.grad_scale = grad_scale_at != nullptr ? *grad_scale_at : grad_scale;
+  }
   __device__ void finish(const MtChunk&, Partial&) const {}
 };
 
@@ -61,6 +66,7 @@ void sgd_step(const SgdArgs& args, std::span<const OptimChunk> chunks, Device /*
   op.dampening = args.dampening;
   op.weight_decay = args.weight_decay;
   op.grad_scale = args.grad_scale;
+  op.grad_scale_at = args.grad_scale_at;
   op.use_momentum = with_momentum ? Momentum::kOn : Momentum::kOff;
   op.nesterov = args.nesterov ? Nesterov::kOn : Nesterov::kOff;
   op.first = args.first_step ? FirstStep::kYes : FirstStep::kNo;
