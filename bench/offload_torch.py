@@ -25,7 +25,9 @@ betas 0.9/0.95, weight decay 0.1) on the CPU with torch.get_num_threads() thread
 clipping 1.0, random tokens.
 
 One process: without torchrun's environment it makes its own group of one rank (NCCL for the
-GPU collectives, Gloo for the CPU gradients' norm, as bench/zero_torch.py's offload does). Each
+GPU collectives, Gloo for the CPU gradients' norm, as bench/zero_torch.py's offload does). Under
+torchrun each rank takes the GPU of its LOCAL_RANK, draws its own random tokens, and rank 0
+prints; tokens_per_s counts every rank's tokens, host_peak_rss_bytes is rank 0's process. Each
 step is timed on the wall clock between CUDA synchronizations (the host's AdamW is most of the
 step, outside any CUDA stream), split into forward + backward and the rest (clipping, AdamW,
 zero_grad); warm-up steps first, then the upper middle of the timed steps (as zt_bench_gpt2 takes
@@ -161,6 +163,7 @@ def main():
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     torch.cuda.set_device(dev)
     init_group(dev)
+    rank, world = dist.get_rank(), dist.get_world_size()
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(1)
     t_build = time.perf_counter()
@@ -185,10 +188,11 @@ def main():
     on_host = all(q.device.type == "cpu" for q in params)
     opt = torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True)
     build_s = time.perf_counter() - t_build
-    print(f"{a.model}: {n_params / 1e9:.2f}B parameters sharded to host memory in {build_s:.0f} s",
-          file=sys.stderr, flush=True)
+    if rank == 0:
+        print(f"{a.model}: {n_params / 1e9:.2f}B parameters sharded to host memory over {world} "
+              f"rank(s) in {build_s:.0f} s", file=sys.stderr, flush=True)
     gen = torch.Generator(device=dev)
-    gen.manual_seed(1000)
+    gen.manual_seed(1000 + rank)
 
     steps, fb, rest, losses = [], [], [], []
     for s in range(a.warmup + a.steps):
@@ -211,23 +215,27 @@ def main():
         torch.cuda.synchronize()
         t2 = time.perf_counter()
         losses.append(loss.item())
-        print(f"step {s}: loss {losses[-1]:.4f}, {1000 * (t2 - t0):.0f} ms "
-              f"(forward + backward {1000 * (t1 - t0):.0f} ms)", file=sys.stderr, flush=True)
+        if rank == 0:
+            print(f"step {s}: loss {losses[-1]:.4f}, {1000 * (t2 - t0):.0f} ms "
+                  f"(forward + backward {1000 * (t1 - t0):.0f} ms)", file=sys.stderr, flush=True)
         if s >= a.warmup:
             steps.append(1000 * (t2 - t0))
             fb.append(1000 * (t1 - t0))
             rest.append(1000 * (t2 - t1))
     mid = lambda v: sorted(v)[len(v) // 2]  # noqa: E731 (upper middle, as zt_bench_gpt2)
     med = mid(steps)
-    tps = a.batch * a.seq / (med / 1000)
+    tps = a.batch * a.seq * world / (med / 1000)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # (Linux: KiB)
+    if rank != 0:
+        dist.destroy_process_group()
+        return
     print(json.dumps({"impl": "torch-fsdp2-cpuoffload", "model": a.model, "params": n_params,
-                      "batch": a.batch, "seq": a.seq, "dtype": "bf16", "world_size": 1,
+                      "batch": a.batch, "seq": a.seq, "dtype": "bf16", "world_size": world,
                       "stage": 3, "checkpointing": a.checkpointing,
                       "pin_memory": not a.no_pin_memory, "sharded_params_on_host": on_host,
                       "warmup": a.warmup, "steps": a.steps, "step_ms_median": med,
                       "fwd_bwd_ms_median": mid(fb), "opt_ms_median": mid(rest),
-                      "tokens_per_s": tps, "mfu": flops_tok * tps / 989e12,
+                      "tokens_per_s": tps, "mfu": flops_tok * tps / (989e12 * world),
                       "peak_mem_bytes": torch.cuda.max_memory_allocated(),
                       "host_peak_rss_bytes": rss,
                       "build_s": build_s, "cpu_threads": torch.get_num_threads(),

@@ -30,6 +30,8 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu_out}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
+# torch's multi-process runs keep the library path it was installed for (its own NCCL wins).
+torch_ld=${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH="$PWD/gpu_bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 bin=gpu_bundle/bin
 model=${ZT_BENCH_MODEL:-gpt2}
@@ -168,6 +170,9 @@ if on infinity; then
 #            over the host step's time) against the disk's. gpt-6.7b needs 80 GB free (93 GB with
 #            ZT_INF_NVME_PARAM=nvme): on a 64 GiB disk a smaller model of the list runs
 #   zt-a     (a) offload_optimizer cpu on ZT_INF_MODEL
+#   zt-d     (d) offload_optimizer cpu + offload_param nvme on ZT_INF_MODEL (the parameter file, 2
+#            bytes a parameter, in ZT_INF_NVME_DIR), when it fits the disk and the time left;
+#            ZT_INF_WARMUP + ZT_INF_NVME_STEPS steps, as zt-c
 #   largest-a, largest-b  the largest of ZT_INF_LARGEST (GPT shapes above 6.7B) that (a) and (b)
 #            train: host memory (12 or 14 bytes a parameter) and `zt estimate`'s GPU peak pick the
 #            first that should fit, then a trial of 2 steps; a failure tries the next one down.
@@ -179,6 +184,10 @@ if on infinity; then
 # outcome, the benchmark's line, the peak resident host memory of its process and what the engine
 # logged of its swap files), logs and bench lines in infinity/, the table in infinity.txt.
 # ZT_INF_AIO_THREADS (1): the disk benchmark's --threads and the swap's intra_op_parallelism.
+# ZT_INF_GPUS=N (1): every run on N GPUs of this machine, ZeroTrain under `zt launch --num_gpus
+# N` and FSDP2 under torchrun (tokens/s of all of them; GPU GiB: rank 0's peak; host GiB: the
+# largest rank process's peak resident memory, so about 1/N of the host memory used); the host
+# and disk checks count the whole state, the GPU check the estimate for N GPUs.
 # A dry run without a GPU (ZT_INF_DEVICE=cpu: a CPU engine, where offload_param does nothing and
 # the NVMe swap runs; FSDP2 is skipped; ZT_INF_BIN: a CPU build's binaries), tiny models, ~15 s:
 #   ZT_GPU_SECTIONS=infinity ZT_INF_DEVICE=cpu ZT_INF_BIN=build/bin ZT_INF_MODEL=gpt2-tiny \
@@ -199,8 +208,18 @@ inf_seq=${ZT_INF_SEQ:-1024}
 inf_qd=${ZT_INF_AIO_QD:-}
 inf_threads=${ZT_INF_AIO_THREADS:-1}
 inf_pparam=${ZT_INF_NVME_PARAM:-cpu}
+inf_gpus=${ZT_INF_GPUS:-1}
+inf_port=29700
+# inf_ranks: the launcher prefix of a ZeroTrain run on ZT_INF_GPUS GPUs (empty on one).
+inf_ranks() {
+  ((inf_gpus > 1)) || return 0
+  inf_port=$((inf_port + 1))
+  local n=--num_gpus
+  [[ $inf_dev != cpu ]] || n=--num_procs  # the dry run: CPU ranks over Gloo
+  echo "$inf_bin/zt launch $n $inf_gpus --master_port $inf_port"
+}
 mkdir -p "$inf_nvme"
-echo "== infinity: ZeRO-Infinity on one GPU ($inf_model, micro-batch $inf_batch x $inf_seq, bf16," \
+echo "== infinity: ZeRO-Infinity on $inf_gpus GPU(s) ($inf_model, micro-batch $inf_batch x $inf_seq, bf16," \
   "stage 3, activation checkpointing) next to FSDP2 + CPUOffloadPolicy; swap folder $inf_nvme"
 # Buckets of 5e7 elements, as scripts/gpu_scaling.py runs stage 3: the default 5e8 holds up to
 # 2 GB of fp32 gradient per bucket on the GPU, which the largest-model trials need.
@@ -330,7 +349,8 @@ inf_predict() {
     printf '{"train_micro_batch_size_per_gpu": %s, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 6e-4}}, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}, %s}}' \
       "$inf_batch" "$inf_zero" >"$inf_dir/estimate_ds.json"
     timeout 60 "$inf_bin"/zt estimate --model "$mp" --config "$inf_dir/estimate_ds.json" \
-      --seq-len "$inf_seq" --gradient-checkpointing "${edev[@]}" --json >"$est" 2>"$est.log"
+      --seq-len "$inf_seq" --gradient-checkpointing --num-gpus "$inf_gpus" "${edev[@]}" --json \
+      >"$est" 2>"$est.log"
   fi
   python3 - "$est" "$mode" "$inf_nvme" "$inf_pparam" "$((inf_end - SECONDS))" "$inf_out" \
     "${inf_qd:-8}" "${ZT_INF_WARMUP:-1}" "${ZT_INF_NVME_STEPS:-1}" <<'PY'
@@ -345,7 +365,7 @@ except Exception:
 n = j["model"]["params"]
 z = j["zerotrain"]["with_checkpointing"]
 avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
-host = {"a": 12, "b": 14, "c": 2 if pparam == "cpu" else 0}[mode] * n
+host = {"a": 12, "b": 14, "c": 2 if pparam == "cpu" else 0, "d": 12}[mode] * n
 host_cap = 0.92 * avail - 4 * GIB
 why = []
 if not z["fits"]:
@@ -368,10 +388,25 @@ if mode == "c":
         t = 12 * n / w + (int(warm) + int(steps)) * (12 * n / r + 12 * n / w) + 10 * n / 1e9 + 20
         if t > int(left):
             why.append(f"about {t:.0f} s at the disk's speed > {left} s left")
+if mode == "d":
+    # The 16-bit parameter file (2 bytes a parameter): written once, then per step each unit's
+    # chunk read for its forward, its recomputed forward and its backward, and written after the
+    # step.
+    st = os.statvfs(nvme)
+    free = st.f_bavail * st.f_frsize
+    if 2 * n > 0.95 * free:
+        why.append(f"swap {2 * n / 1e9:.0f} GB > 95% of {free / 1e9:.0f} GB free")
+    d = [r["bench"] for r in map(json.loads, open(rows)) if r.get("case") == "disk" and "bench" in r]
+    d = [b for b in d if str(b["queue_depth"]) == qd] or d
+    if d:
+        w, r = d[0]["write_gbs"] * 1e9, d[0]["read_gbs"] * 1e9
+        t = 2 * n / w + (int(warm) + int(steps)) * (6 * n / r + 2 * n / w) + 10 * n / 1e9 + 20
+        if t > int(left):
+            why.append(f"about {t:.0f} s at the disk's speed > {left} s left")
 print("fits" if not why else "no", n, "; ".join(why) or f"GPU {z['device_total_bytes'] / GIB:.1f} GiB, host {host / GIB:.1f} GiB")
 PY
 }
-# inf_zt MODE NAME MODEL_PATH MIN_S CAP_S [bench flags]: zt_bench_gpt2 in mode a, b or c.
+# inf_zt MODE NAME MODEL_PATH MIN_S CAP_S [bench flags]: zt_bench_gpt2 in mode a, b, c or d.
 inf_zt() {
   local mode=$1 name=$2 mp=$3 min=$4 cap=$5 zk=$inf_zero off=() dk=""
   shift 5
@@ -386,13 +421,19 @@ inf_zt() {
        zk+=" \"nvme_path\": \"$inf_nvme/$name\", $inf_pin}"
        dk="\"aio\": {\"block_size\": 1048576, \"queue_depth\": ${inf_qd:-8},"
        dk+=" \"intra_op_parallelism\": $inf_threads, \"single_submit\": false, \"overlap_events\": true}" ;;
+    d) rm -rf "$inf_nvme/$name" && mkdir -p "$inf_nvme/$name"
+       off=(--offload-optimizer cpu)
+       zk+=", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$inf_nvme/$name\", $inf_pin}"
+       dk="\"aio\": {\"block_size\": 1048576, \"queue_depth\": ${inf_qd:-8},"
+       dk+=" \"intra_op_parallelism\": $inf_threads, \"single_submit\": false, \"overlap_events\": true}" ;;
   esac
   if [[ -n $dk ]]; then off+=(--ds-keys "$dk"); fi
-  inf_run "$name" "$min" "$cap" "$inf_bin"/zt_bench_gpt2 --model "$mp" --batch "$inf_batch" \
+  # shellcheck disable=SC2046  # the launcher prefix splits into its words
+  inf_run "$name" "$min" "$cap" $(inf_ranks) "$inf_bin"/zt_bench_gpt2 --model "$mp" --batch "$inf_batch" \
     --seq "$inf_seq" --dtype bf16 --stage 3 --gradient-checkpointing --device "$inf_dev" \
     --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_STEPS:-2}" "${off[@]}" --zero-keys "$zk" "$@"
   # A killed run leaves its swap files behind: they would fill the disk for the next.
-  [[ $mode != c ]] || rm -rf "${inf_nvme:?}/$name"
+  [[ $mode != [cd] ]] || rm -rf "${inf_nvme:?}/$name"
 }
 # inf_ladder MODE: the largest of ZT_INF_LARGEST (largest first) that MODE trains; candidates
 # predicted not to fit are recorded untried; a trial that fails hands on to the next one.
@@ -436,6 +477,15 @@ PY
     zt-a | zt-b)
       inf_zt "${inf_job#zt-}" "${inf_job/-/_}" "$inf_mp" 60 200
       inf_row "${inf_job/-/_}" "${inf_job#zt-}" "$inf_model" ;;
+    zt-d)
+      read -r inf_v inf_n inf_why <<<"$(inf_predict "$inf_model" "$inf_mp" d)"
+      if [[ $inf_v == fits ]]; then
+        inf_zt d zt_d "$inf_mp" 60 300 --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_NVME_STEPS:-1}"
+      else
+        echo "infinity zt-d: $inf_model not tried ($inf_why)"
+        inf_outcome="not tried: predicted not to fit ($inf_why)" inf_wall=0
+      fi
+      inf_row zt_d d "$inf_model" "{\"params\": ${inf_n:-0}}" ;;
     zt-c)
       inf_c=""
       for inf_m in ${ZT_INF_NVME_MODELS:-gpt-6.7b gpt-4b-shape gpt-2.7b gpt-1.3b}; do
@@ -456,22 +506,28 @@ PY
         echo "infinity fsdp2: skipped on a CPU run"
         continue
       fi
-      inf_run fsdp2 60 240 python3 bench/offload_torch.py --model "$inf_mp" --batch "$inf_batch" \
-        --seq "$inf_seq" --checkpointing --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_STEPS:-2}"
+      inf_torch=(python3)
+      ((inf_gpus == 1)) ||
+        inf_torch=(env LD_LIBRARY_PATH="$torch_ld" python3 -m torch.distributed.run --standalone
+                   --nproc_per_node "$inf_gpus")
+      inf_run fsdp2 60 "${ZT_INF_FSDP2_CAP_S:-240}" "${inf_torch[@]}" bench/offload_torch.py \
+        --model "$inf_mp" --batch "$inf_batch" --seq "$inf_seq" --checkpointing \
+        --warmup "${ZT_INF_WARMUP:-1}" --steps "${ZT_INF_STEPS:-2}"
       inf_row fsdp2 fsdp2 "$inf_model" ;;
     largest-a | largest-b) inf_ladder "${inf_job#largest-}" ;;
-    *) echo "infinity: unknown job $inf_job (known: disk zt-a zt-b zt-c fsdp2 largest-a largest-b)" ;;
+    *) echo "infinity: unknown job $inf_job (known: disk zt-a zt-b zt-c zt-d fsdp2 largest-a largest-b)" ;;
   esac
 done
 rm -rf "${inf_nvme:?}"/zt_c_* "${inf_nvme:?}"/largest_c_*
-python3 - "$inf_out" "$inf_nvme" <<'PY' | tee "$out/infinity.txt"
+python3 - "$inf_out" "$inf_nvme" "$inf_gpus" <<'PY' | tee "$out/infinity.txt"
 # The section's table: the disk, each run, then the goal's two ratios and the largest models.
 import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 GIB = 2**30
 mem = {l.split(":")[0]: int(l.split()[1]) * 1024 for l in open("/proc/meminfo")}
 st = os.statvfs(sys.argv[2])
-print(f"\nZeRO-Infinity, one GPU: host {mem['MemTotal'] / GIB:.0f} GiB, swap folder {sys.argv[2]} "
+gpus = int(sys.argv[3])
+print(f"\nZeRO-Infinity, {gpus} GPU(s): host {mem['MemTotal'] / GIB:.0f} GiB, swap folder {sys.argv[2]} "
       f"{st.f_blocks * st.f_frsize / 1e9:.0f} GB ({st.f_bavail * st.f_frsize / 1e9:.0f} GB free)")
 disk = {}
 for r in rows:
@@ -486,10 +542,10 @@ for r in rows:
           f"blocks, queue depth {b['queue_depth']}, {b['threads']} thread(s)): write "
           f"{b['write_gbs']:.2f} GB/s, read {b['read_gbs']:.2f} GB/s (depth 1: "
           f"{b['write_gbs_qd1']:.2f} / {b['read_gbs_qd1']:.2f})")
-labels = {"a": "(a) opt cpu", "b": "(b) opt+param cpu", "c": "(c) opt nvme",
+labels = {"a": "(a) opt cpu", "b": "(b) opt+param cpu", "c": "(c) opt nvme", "d": "(d) param nvme",
           "fsdp2": "FSDP2 CPUOffload", "largest-a": "(a) largest", "largest-b": "(b) largest"}
 print(f"{'case':<19}{'model':<15}{'params':>7}{'tokens/s':>10}{'MFU':>7}{'step ms':>9}"
-      f"{'host step':>10}{'GPU GiB':>9}{'host GiB':>9}  outcome")
+      f"{'host step':>10}{'GPU GiB':>9}{'host GiB':>9}{'NVMe GB':>9}  outcome")
 for r in rows:
     if r["case"] == "disk":
         continue
@@ -499,7 +555,8 @@ for r in rows:
     cells = (f"{b['tokens_per_s']:>10.0f}{b.get('mfu', 0):>7.3f}{b['step_ms_median']:>9.0f}"
              + (f"{host_step:>10.0f}" if host_step is not None else f"{'-':>10}") +
              f"{b['peak_mem_bytes'] / GIB:>9.1f}{r.get('host_peak_rss_bytes', 0) / GIB:>9.1f}"
-             if b else f"{'-':>10}{'-':>7}{'-':>9}{'-':>10}{'-':>9}{'-':>9}")
+             f"{b.get('model_state_bytes_nvme', 0) / 1e9:>9.1f}"
+             if b else f"{'-':>10}{'-':>7}{'-':>9}{'-':>10}{'-':>9}{'-':>9}{'-':>9}")
     print(f"{labels.get(r['case'], r['case']):<19}{r['model']:<15}"
           + (f"{n / 1e9:>6.2f}B" if n else f"{'-':>7}") + f"{cells}  "
           f"{r['outcome']}" + (f": {r['last_log_line'][-160:]}" if r.get("last_log_line") else ""))
@@ -507,8 +564,9 @@ for r in rows:
         # Per step the host step reads the whole optimizer swap file and writes it back (and,
         # with offload_param nvme, writes the parameter file); the disk alone would need
         # read/R + written/W seconds at its measured R and W.
-        rd = r["nvme_optimizer_mib"] * 2**20
-        wr = rd + r.get("nvme_param_mib", 0) * 2**20 * (r.get("offload_param") == "nvme")
+        # (the engine logs the files of one rank; every rank swaps as much at once)
+        rd = r["nvme_optimizer_mib"] * 2**20 * gpus
+        wr = rd + r.get("nvme_param_mib", 0) * 2**20 * gpus * (r.get("offload_param") == "nvme")
         t = b["offload_step_ms_median"] / 1000
         line = (f"    swap: {rd / 1e9:.1f} GB read and {wr / 1e9:.1f} GB written per step in "
                 f"{t:.2f} s: {rd / t / 1e9:.2f} GB/s read, {wr / t / 1e9:.2f} GB/s write "
@@ -523,7 +581,8 @@ for r in rows:
         if r.get("swap_note"):
             print(f"    swap file: {r['swap_note']}")
 print("(host step: ZeroTrain's offloaded optimizer step, FSDP2's clipping + AdamW + zero_grad; "
-      "host GiB: the process's peak resident memory, page-locked included)")
+      "host GiB: the peak resident memory of the process, or of the largest rank's on several "
+      "GPUs, page-locked included; NVMe GB: one rank's swap files)")
 ok = lambda c: next((r for r in rows if r["case"] == c and r["outcome"] == "ok"), None)
 zb, fs = ok("b"), ok("fsdp2")
 if zb and fs:
