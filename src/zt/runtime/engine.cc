@@ -355,6 +355,7 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
   step_sums_ = Tensor::zeros({2}, DType::f64, dev);
   grad_factor_ = Tensor::zeros({1}, DType::f32, dev);
+  if (dev.is_cuda()) step_sums_host_ = Tensor::empty_pinned({2}, DType::f64);
   zero::ModelStateBytes b = zero_->state_bytes();
   if (comm_->rank() == 0) {
     std::string host;
@@ -707,7 +708,13 @@ Status Engine::apply_step(StepStats& stats) {
 // optimizer kernels read from device memory, and the sums come back once the optimizer is queued.
 Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
   const Stream& s = ctx_.stream;
-  step_sums_.copy_from(Tensor::from_doubles({0.0, local_loss}, {2}, DType::f64), s);
+  // Through page-locked memory both ways, so the copy in is queued, not waited for (the last
+  // step's read-back drained the stream, so nothing still reads the buffer).
+  double* host = step_sums_host_.data<double>();
+  host[0] = 0.0;
+  host[1] = local_loss;
+  constexpr size_t kBytes = 2 * sizeof(double);
+  memory_copy_async(step_sums_.data(), step_sums_.device(), host, Device::cpu(), kBytes, s);
   Tensor sumsq = step_sums_.view(0, {1});
   const int n_units = static_cast<int>(zero_->units().size());
   for (int u = 0; u < n_units; ++u) {
@@ -721,9 +728,10 @@ Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
   v.grad_scale_at = grad_factor_.data<float>();
   ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
   ZT_RETURN_IF_ERROR(sums.wait());  // (a default handle is complete)
-  const std::vector<double> back = step_sums_.to(Device::cpu(), s).to_doubles();
-  stats.loss = back[1] / comm_->world_size();
-  const double total = std::sqrt(back[0]);
+  memory_copy_async(host, Device::cpu(), step_sums_.data(), step_sums_.device(), kBytes, s);
+  s.synchronize();
+  stats.loss = host[1] / comm_->world_size();
+  const double total = std::sqrt(host[0]);
   stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
   return finish_step(stats);
 }

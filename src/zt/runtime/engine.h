@@ -211,6 +211,7 @@ class Engine {
   Tensor norm_acc_;   // (1) f64
   Tensor step_sums_;  // (2) f64 on the device: the gradients' sum of squares, the mean loss
   Tensor grad_factor_;  // (1) f32 on the device: grad_clip_scale's output
+  Tensor step_sums_host_;  // (2) f64 page-locked: step_sums_'s way in and out (GPU engines)
   int64_t global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0, micro_steps_ = 0;
   double loss_sum_ = 0;
   int loss_count_ = 0;
