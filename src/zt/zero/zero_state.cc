@@ -768,12 +768,16 @@ CommHandle ZeroState::issue_gather(int u, CommDone& done) {
   st.value = Tensor::empty({st.padded}, options_.compute_dtype, options_.device, options_.stream);
   Tensor send = st.value_shard;
   if (st.shard_from_master) {
-    // The own chunk in the compute dtype, from the master the optimizer last wrote (both on the
-    // compute stream, which the lane waits for below).
     send = Tensor::empty({st.shard}, options_.compute_dtype, options_.device, options_.stream);
-    kernels::cast(send, st.master, options_.stream);
   }
   lane_.begin();
+  if (st.shard_from_master) {
+    // The own chunk in the compute dtype, cast on the lane from the master the optimizer last
+    // wrote (the lane waited for the compute stream above; the next optimizer step runs after
+    // the compute stream consumed this gather). On the compute stream the casts were in line
+    // with the layers: 22 ms of a 878 ms Llama 8B step on two H200s.
+    kernels::cast(send, st.master, lane_.stream());
+  }
   if (st.shard_offloaded) {
     // offload_param: the chunk crosses to the device on the lane, ahead of its all-gather (and
     // while the compute stream goes on with the unit before).
