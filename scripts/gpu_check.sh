@@ -372,35 +372,24 @@ if not z["fits"]:
     why.append(f"GPU {z['device_total_bytes'] / GIB:.1f} GiB predicted")
 if host > host_cap:
     why.append(f"host {host / GIB:.1f} GiB > {host_cap / GIB:.1f}")
-if mode == "c":
+if mode in ("c", "d"):
+    # c: the optimizer state (12 bytes a parameter, 14 with the parameters) written once, then
+    # read and written every step. d: the 16-bit parameter file (2 bytes a parameter) written
+    # once, then each unit's chunk read for its forward, its recomputed forward and its backward
+    # (3 x 2 bytes) and written after the step. Both at the disk's speed at this queue depth, plus
+    # start-up (drawing the initial values, page-locking: about 10 s a billion parameters on 16
+    # cores, 20 s more for the rest).
     st = os.statvfs(nvme)
     free = st.f_bavail * st.f_frsize
-    disk = (12 + (2 if pparam == "nvme" else 0)) * n
-    if disk > 0.95 * free:
-        why.append(f"swap {disk / 1e9:.0f} GB > 95% of {free / 1e9:.0f} GB free")
-    # Time: the initial state written once, then per step the state read and written, at the
-    # disk's speed at this queue depth, and start-up (drawing the initial values, page-locking:
-    # about 10 s a billion parameters on 16 cores, 20 s more for the rest).
+    size = (12 + (2 if pparam == "nvme" else 0)) * n if mode == "c" else 2 * n
+    read = size if mode == "c" else 3 * size
+    if size > 0.95 * free:
+        why.append(f"swap {size / 1e9:.0f} GB > 95% of {free / 1e9:.0f} GB free")
     d = [r["bench"] for r in map(json.loads, open(rows)) if r.get("case") == "disk" and "bench" in r]
     d = [b for b in d if str(b["queue_depth"]) == qd] or d
     if d:
         w, r = d[0]["write_gbs"] * 1e9, d[0]["read_gbs"] * 1e9
-        t = 12 * n / w + (int(warm) + int(steps)) * (12 * n / r + 12 * n / w) + 10 * n / 1e9 + 20
-        if t > int(left):
-            why.append(f"about {t:.0f} s at the disk's speed > {left} s left")
-if mode == "d":
-    # The 16-bit parameter file (2 bytes a parameter): written once, then per step each unit's
-    # chunk read for its forward, its recomputed forward and its backward, and written after the
-    # step.
-    st = os.statvfs(nvme)
-    free = st.f_bavail * st.f_frsize
-    if 2 * n > 0.95 * free:
-        why.append(f"swap {2 * n / 1e9:.0f} GB > 95% of {free / 1e9:.0f} GB free")
-    d = [r["bench"] for r in map(json.loads, open(rows)) if r.get("case") == "disk" and "bench" in r]
-    d = [b for b in d if str(b["queue_depth"]) == qd] or d
-    if d:
-        w, r = d[0]["write_gbs"] * 1e9, d[0]["read_gbs"] * 1e9
-        t = 2 * n / w + (int(warm) + int(steps)) * (6 * n / r + 2 * n / w) + 10 * n / 1e9 + 20
+        t = size / w + (int(warm) + int(steps)) * (read / r + size / w) + 10 * n / 1e9 + 20
         if t > int(left):
             why.append(f"about {t:.0f} s at the disk's speed > {left} s left")
 print("fits" if not why else "no", n, "; ".join(why) or f"GPU {z['device_total_bytes'] / GIB:.1f} GiB, host {host / GIB:.1f} GiB")

@@ -118,41 +118,26 @@ __global__ void scale_kernel(T* x, float scale, int64_t n) {
 template <typename T, typename S, int kV>
 __global__ void add_scaled_kernel(T* out, const S* in, float scale, bool add, int64_t n_vec) {
   ZT_GRID_STRIDE(i, n_vec) {
-    T v[kV];
-    if constexpr (kV > 1) {  // T = S = float
-      const float4 a = *reinterpret_cast<const float4*>(in + i * kV);
-      v[0] = a.x;
-      v[1] = a.y;
-      v[2] = a.z;
-      v[3] = a.w;
+    T v[kV], o[kV];
+    if constexpr (kV > 1) {  // T = S = float: 16-byte chunks
+      load_f32<float, kV>(v, in + i * kV);
+      if (add) load_f32<float, kV>(o, out + i * kV);
     } else {
       v[0] = convert<T>(in[i]);
-    }
-    T o[kV];
-    if (add) {
-      if constexpr (kV > 1) {
-        const float4 b = *reinterpret_cast<const float4*>(out + i * kV);
-        o[0] = b.x;
-        o[1] = b.y;
-        o[2] = b.z;
-        o[3] = b.w;
-      } else {
-        o[0] = out[i];
-      }
+      if (add) o[0] = out[i];
     }
 #pragma unroll
     for (int k = 0; k < kV; ++k) {
-      T p;
       if constexpr (std::is_same_v<T, double>) {
-        p = __dmul_rn(v[k], static_cast<double>(scale));
+        const double p = __dmul_rn(v[k], static_cast<double>(scale));
         o[k] = add ? __dadd_rn(o[k], p) : p;
       } else {
-        p = __fmul_rn(v[k], scale);
+        const float p = __fmul_rn(v[k], scale);
         o[k] = add ? __fadd_rn(o[k], p) : p;
       }
     }
     if constexpr (kV > 1) {
-      *reinterpret_cast<float4*>(out + i * kV) = make_float4(o[0], o[1], o[2], o[3]);
+      store_from_f32<float, kV>(out + i * kV, o);
     } else {
       out[i] = o[0];
     }
