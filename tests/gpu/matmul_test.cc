@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "gpu/gpu_test_util.h"
 #include "zt/kernels/ops.h"
@@ -159,6 +160,34 @@ TEST(MatmulCuda, BackwardAccumulatesAcrossCalls) {
   kernels::matmul_backward(nullptr, dweight, nullptr, dout_d, in_d, w_d);
   kernels::matmul_backward(nullptr, dweight, nullptr, dout_d, in_d, w_d);
   expect_close(values(dweight), expected, 1e-5, 1e-5, "dweight after two calls");
+}
+
+// matmul_weight_grad on the GPU: kWrite over NaN (beta 0 must not read the buffer), then kAdd,
+// in f32, bf16 and f16 against the CPU's in f32; and no rows writes zeros.
+TEST(MatmulCuda, WeightGradWritesThenAddsLikeCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  const int64_t N = 37, K = 24, M = 40;
+  Tensor in = exact_tensor({N, K}, 61);
+  Tensor dout = exact_tensor({N, M}, 62);
+  Tensor ref = Tensor::zeros({M, K}, DType::f32);
+  kernels::matmul_weight_grad(ref, dout, in, kernels::Accumulate::kWrite);
+  kernels::matmul_weight_grad(ref, dout, in, kernels::Accumulate::kAdd);
+  for (const DtypeCase& d : kComputeDtypes) {
+    SCOPED_TRACE(d.name);
+    Tensor dw = Tensor::from_doubles(std::vector<double>(M * K, std::nan("")), {M, K}, DType::f32)
+                    .to(Device::cuda(0));
+    Tensor in_d = to_cuda(in, d.dtype);
+    Tensor dout_d = to_cuda(dout, d.dtype);
+    kernels::matmul_weight_grad(dw, dout_d, in_d, kernels::Accumulate::kWrite);
+    kernels::matmul_weight_grad(dw, dout_d, in_d, kernels::Accumulate::kAdd);
+    expect_close(values(dw), values(ref), 1e-5, 1e-5, "dweight");
+  }
+  Tensor dw = Tensor::from_doubles(std::vector<double>(M * K, 1.0), {M, K}, DType::f32)
+                  .to(Device::cuda(0));
+  kernels::matmul_weight_grad(dw, Tensor::empty({0, M}, DType::bf16, Device::cuda(0)),
+                              Tensor::empty({0, K}, DType::bf16, Device::cuda(0)),
+                              kernels::Accumulate::kWrite);
+  EXPECT_EQ(dw.to_doubles(), std::vector<double>(M * K, 0.0));
 }
 
 }  // namespace

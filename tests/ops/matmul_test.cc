@@ -1,8 +1,9 @@
 // Tests of the CPU matmul (kernels/cpu/matmul.cc): forward against a triple loop, backward against
 // central finite differences of L = sum(w * out) in f64 (with and without bias, with din skipped),
-// and the write (din) / accumulate (dweight, dbias) contract.
+// and the write (din) / accumulate (dweight, dbias) contract; matmul_weight_grad's write and add.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "common/test_util.h"
@@ -122,6 +123,42 @@ TEST(Matmul, Float32BackwardMatchesFloat64) {
   expect_close(results[1][0], results[0][0], 1e-5, 1e-5, "din f32 vs f64");
   expect_close(results[1][1], results[0][1], 1e-5, 1e-5, "dweight f32 vs f64");
   expect_close(results[1][2], results[0][2], 1e-5, 1e-5, "dbias f32 vs f64");
+}
+
+// matmul_weight_grad against a triple loop in f64: kWrite ignores the buffer's old values (NaN
+// there must not leak: BLAS does not read C at beta 0), kAdd adds to them, no rows writes zeros;
+// and in f32 it equals matmul_backward's dweight bit for bit (the same GEMM).
+TEST(Matmul, WeightGradWritesOrAddsAsTheTripleLoop) {
+  Tensor in = random_tensor({N, K}, DType::f64, 71);
+  Tensor dout = random_tensor({N, M}, DType::f64, 72);
+  const std::vector<double> x = in.to_doubles(), g = dout.to_doubles();
+  std::vector<double> product(M * K, 0.0);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t n = 0; n < N; ++n) product[m * K + k] += g[n * M + m] * x[n * K + k];
+    }
+  }
+  Tensor dw = Tensor::from_doubles(std::vector<double>(M * K, std::nan("")), {M, K}, DType::f64);
+  kernels::matmul_weight_grad(dw, dout, in, kernels::Accumulate::kWrite);
+  expect_close(dw.to_doubles(), product, 1e-12, 1e-12, "written");
+  kernels::matmul_weight_grad(dw, dout, in, kernels::Accumulate::kAdd);
+  std::vector<double> twice = product;
+  for (double& v : twice) v *= 2;
+  expect_close(dw.to_doubles(), twice, 1e-12, 1e-12, "added");
+
+  Tensor no_rows_in = Tensor::empty({0, K}, DType::f64);
+  Tensor no_rows_dout = Tensor::empty({0, M}, DType::f64);
+  kernels::matmul_weight_grad(dw, no_rows_dout, no_rows_in, kernels::Accumulate::kWrite);
+  EXPECT_EQ(dw.to_doubles(), std::vector<double>(M * K, 0.0));
+
+  Tensor in32 = random_tensor({N, K}, DType::f32, 73);
+  Tensor dout32 = random_tensor({N, M}, DType::f32, 74);
+  Tensor w32 = random_tensor({M, K}, DType::f32, 75);
+  Tensor via_backward = Tensor::zeros({M, K}, DType::f32);
+  kernels::matmul_backward(nullptr, via_backward, nullptr, dout32, in32, w32);
+  Tensor alone = Tensor::zeros({M, K}, DType::f32);
+  kernels::matmul_weight_grad(alone, dout32, in32, kernels::Accumulate::kAdd);
+  EXPECT_EQ(alone.to_doubles(), via_backward.to_doubles());
 }
 
 TEST(MatmulDeathTest, ShapeMismatchAbortsNamingTheShapes) {

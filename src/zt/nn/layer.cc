@@ -1,5 +1,7 @@
 #include "zt/nn/layer.h"
 
+#include <algorithm>
+
 namespace zt::nn {
 
 std::vector<Param*> Unit::params() {
@@ -27,9 +29,24 @@ void Unit::bind_values(const Tensor& flat_value) {
   }
 }
 
-void Unit::bind_grads(const Tensor& flat_grad) {
+void Unit::bind_grads(const Tensor& flat_grad, bool unwritten, const Stream& s) {
+  int64_t covered = 0;  // params_ are in offset order
   for (auto& p : params_) {
     p->grad = flat_grad.defined() ? flat_grad.view(p->offset, p->shape) : Tensor();
+    p->grad_unwritten = unwritten && flat_grad.defined();
+    if (p->grad_unwritten && p->offset > covered) {
+      flat_grad.view(covered, {p->offset - covered}).zero(s);  // an alignment gap
+    }
+    covered = std::max(covered, p->offset + p->numel());
+  }
+  if (unwritten && flat_grad.defined() && flat_grad.numel() > covered) {
+    flat_grad.view(covered, {flat_grad.numel() - covered}).zero(s);  // the padding after
+  }
+}
+
+void Unit::clear_unwritten_grads(const Stream& s) {
+  for (auto& p : params_) {
+    if (p->grad_unwritten) (void)grad_for_add(*p, s);
   }
 }
 

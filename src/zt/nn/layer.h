@@ -71,7 +71,11 @@ class Unit {
   // Points every Param's value/grad at its slice of the given flat buffers (numel >= flat_numel).
   // An undefined tensor unbinds (drops the views, so the buffer can be freed).
   void bind_values(const Tensor& flat_value);
-  void bind_grads(const Tensor& flat_grad);
+  // `unwritten`: the buffer holds no values yet (Param::grad_unwritten); its alignment gaps and
+  // tail are cleared here, the parameters' ranges by their first op or clear_unwritten_grads.
+  void bind_grads(const Tensor& flat_grad, bool unwritten = false, const Stream& s = {});
+  // Clears the gradients no op wrote in this backward (a parameter the pass did not reach).
+  void clear_unwritten_grads(const Stream& s);
   void bind(const Tensor& flat_value, const Tensor& flat_grad) {
     bind_values(flat_value);
     bind_grads(flat_grad);

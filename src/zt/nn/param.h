@@ -32,9 +32,30 @@ struct Param {
   int64_t offset = 0;  // elements from the start of its unit's flat buffer
   Tensor value;        // view into the unit's compute-dtype flat buffer (bound by the engine)
   Tensor grad;         // view into the unit's gradient flat buffer (accum dtype)
+  // The gradient buffer holds no values yet (ZeroState binds a fresh one for each backward at
+  // stages 2-3 without clearing it): the first op that produces this gradient writes it. Ops
+  // that can write take grad_write (a weight-gradient GEMM with beta 0); ops that can only add
+  // take grad_for_add, which clears it first.
+  bool grad_unwritten = false;
   std::shared_ptr<const ParamSource> source;  // set when the values come from weight files
   int64_t numel() const { return shape.numel(); }
 };
+
+// For an op that writes its result when the gradient is unwritten and adds otherwise: whether
+// this op writes (and from now on the gradient is written).
+inline bool grad_write(Param& p) {
+  const bool write = p.grad_unwritten;
+  p.grad_unwritten = false;
+  return write;
+}
+// For an op that can only add into the gradient: the gradient, cleared first when unwritten.
+inline Tensor& grad_for_add(Param& p, const Stream& s) {
+  if (p.grad_unwritten) {
+    p.grad.zero(s);
+    p.grad_unwritten = false;
+  }
+  return p.grad;
+}
 
 // Parameter offsets inside a unit are aligned to this many elements, so every parameter starts
 // 32-byte aligned in 16-bit types (cuBLASLt and vectorised kernels want aligned pointers).

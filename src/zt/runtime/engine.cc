@@ -750,6 +750,7 @@ optim::StepValues Engine::step_values(double lr) const {
 
 Status Engine::finish_step(StepStats& stats) {
   zero_->zero_grads();
+  zero_->prefetch_next_forward();
   if (scheduler_) scheduler_->step();
   ++global_steps_;
   global_samples_ += config_.train_batch_size;

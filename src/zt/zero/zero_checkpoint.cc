@@ -52,6 +52,7 @@ Status ZeroState::read_saved(int u, int kind, float* dst) {
 }
 
 Status ZeroState::zero_extent(int u, int kind) {
+  drop_prefetches();
   if (swap_ != nullptr && units_[u].trainable) return swap_->zero_unit(swap_pieces_, u, kind);
   if (units_[u].shard_offloaded) {  // a frozen unit's chunk at rest off the device
     return store_own_chunk(u, Tensor::zeros({units_[u].shard}, options_.compute_dtype,
@@ -62,6 +63,7 @@ Status ZeroState::zero_extent(int u, int kind) {
 }
 
 Status ZeroState::write_range(int u, int kind, int64_t offset, const float* src, int64_t n) {
+  drop_prefetches();  // a gather issued ahead would hold the old values
   if (swap_ != nullptr && units_[u].trainable) {
     return swap_->write_range(swap_pieces_, u, kind, offset, n, src);
   }
@@ -86,6 +88,7 @@ Status ZeroState::write_range(int u, int kind, int64_t offset, const float* src,
 }
 
 Status ZeroState::refresh_params() {
+  drop_prefetches();
   ZT_RETURN_IF_ERROR(publish_params(/*lowp_written=*/false));
   options_.stream.synchronize();
   return Status::ok();

@@ -47,13 +47,16 @@ void ZeroState::scale_post(Tensor& g) {
 void ZeroState::ensure_grad(int u) {
   UnitState& st = units_[u];
   if (!st.trainable || st.grad.defined()) return;
-  st.grad = Tensor::zeros({st.padded}, kernels::accum_dtype(options_.compute_dtype),
+  // Not cleared: the backward's first op on each parameter writes its gradient (a weight GEMM
+  // with beta 0), the others clear what they add to, and bucket_unit clears what no op reached.
+  st.grad = Tensor::empty({st.padded}, kernels::accum_dtype(options_.compute_dtype),
                           options_.device, options_.stream);
-  model_.units()[u]->bind_grads(st.grad);
+  model_.units()[u]->bind_grads(st.grad, /*unwritten=*/true, options_.stream);
 }
 
 void ZeroState::bucket_unit(int u) {
   if (!units_[u].trainable) return;
+  model_.units()[u]->clear_unwritten_grads(options_.stream);
   const int64_t elems = units_[u].padded;
   if (bucket_.overflows_with(elems)) flush_bucket();
   bucket_.add(u, elems);

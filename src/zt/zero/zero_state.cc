@@ -847,6 +847,28 @@ void ZeroState::prefetch(int u) {
   ++prefetches_issued_;
 }
 
+void ZeroState::prefetch_next_forward() {
+  if (options_.stage < 3 || !options_.device.is_cuda()) return;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) {
+    if (model_.units()[u]->passive()) continue;
+    prefetch(u);
+    return;
+  }
+}
+
+void ZeroState::drop_prefetches() {
+  for (auto& st : units_) {
+    if (!st.gather_in_flight) continue;
+    record(st.pending_gather.wait());
+    st.gather_in_flight = false;
+    st.pending_gather = CommHandle();
+    st.gather_done.reset();
+    st.value = Tensor();  // (the lane marked it used: its block is reused after the gather)
+    live_elements_ -= st.padded;
+  }
+  if (param_file_ != nullptr) settle_param_reads();
+}
+
 void ZeroState::release(int u) {
   UnitState& st = units_[u];
   if (st.persistent) return;

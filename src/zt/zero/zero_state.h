@@ -267,6 +267,13 @@ class ZeroState : public nn::UnitHooks {
   // `with_frozen`: the frozen units' chunks too (start-up only: they never change after).
   Status publish_params(bool lowp_written, bool with_frozen = false);
   void zero_grads();
+  // Stage 3 on a GPU, after the optimizer step: starts the gather of the next forward's first
+  // unit on the communication stream, so it runs while the host reads the step back and makes
+  // the next batch (nothing computes before that gather, so it would otherwise be exposed).
+  void prefetch_next_forward();
+  // Waits for and drops gathers (and parameter-file reads) issued ahead that no unit consumed:
+  // they hold values from before a write to the weights (checkpoint loads).
+  void drop_prefetches();
   // Sums (or maxes) a few doubles over all ranks; a no-op with one rank.
   Status all_reduce_doubles(std::vector<double>& values, ReduceOp op);
   // Gathers the full fp32 master weights of every unit onto this rank (checks, exports).

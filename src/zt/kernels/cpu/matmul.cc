@@ -138,6 +138,33 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   }
 }
 
+void matmul_weight_grad(Tensor& dweight, const Tensor& dout, const Tensor& in, Accumulate mode,
+                        const Stream& s) {
+  ZT_ASSERT(dweight.device().is_cpu() && dout.device().is_cpu() && in.device().is_cpu(),
+            "matmul_weight_grad (cpu): all tensors must be on the CPU");
+  const MatmulDims d = matmul_dims(in, dweight, dout, "matmul_weight_grad", "dout");
+  const DType dt = in.dtype();
+  ZT_ASSERT(dout.dtype() == dt && dweight.dtype() == accum_dtype(dt),
+            "matmul_weight_grad: dout {} must be the compute dtype {} and dweight {} its accum "
+            "dtype",
+            dtype_name(dout.dtype()), dtype_name(dt), dtype_name(dweight.dtype()));
+  if (d.M == 0) return;
+  if (d.N == 0) {
+    if (mode == Accumulate::kWrite) dweight.zero();
+    return;
+  }
+  // dweight (M,K) (+)= dout^T (M,N) @ in (N,K); BLAS does not read C when beta is 0.
+  if (dt == DType::f32) {
+    gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, 1.0f, dout.data<float>(), d.M, in.data<float>(),
+         d.K, mode == Accumulate::kAdd ? 1.0f : 0.0f, dweight.data<float>(), d.K);
+  } else {
+    ZT_ASSERT(dt == DType::f64, "matmul_weight_grad: CPU compute dtype must be f32 or f64, got {}",
+              dtype_name(dt));
+    gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, 1.0, dout.data<double>(), d.M,
+         in.data<double>(), d.K, mode == Accumulate::kAdd ? 1.0 : 0.0, dweight.data<double>(), d.K);
+  }
+}
+
 namespace {
 
 // (N, K, M, Y) of a column-block matmul: in (N,K), weight (M,K), wide (N,Y) with col0 + M <= Y.

@@ -160,6 +160,41 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
   }
 }
 
+void matmul_weight_grad(Tensor& dweight, const Tensor& dout, const Tensor& in, Accumulate mode,
+                        const Stream& s) {
+  const char* op = "matmul_weight_grad";
+  check_cuda(in, op, "in");
+  check_dtype(dweight, DType::f32, op, "dweight");
+  check_same_device(in, dweight, op);
+  check_same_device(in, dout, op);
+  ZT_ASSERT(dweight.ndim() == 2 && dweight.size(1) > 0 && in.numel() % dweight.size(1) == 0,
+            "{}: dweight {} must be (M,K) with in {} of rows of K", op, dweight.shape().str(),
+            in.shape().str());
+  const DType dt = in.dtype();
+  const int64_t M = dweight.size(0);
+  const int64_t K = dweight.size(1);
+  const int64_t N = in.numel() / K;
+  check_dtype(dout, dt, op, "dout");
+  check_numel(dout, N * M, op, "dout");
+  DeviceGuard guard(in.device());
+  if (N == 0) {
+    if (mode == Accumulate::kWrite) dweight.zero(s);
+    return;
+  }
+  GemmArgs g;  // dweight (M,K) (+)= dout^T (M,N) @ in (N,K); beta 0 does not read C
+  g.rows = M;
+  g.cols = K;
+  g.inner = N;
+  g.a = dout.data();
+  g.trans_a = Transpose::kYes;  // dout is stored (N, M)
+  g.b = in.data();
+  g.c = dweight.data();
+  g.ab_dtype = dt;
+  g.c_dtype = DType::f32;
+  g.beta = mode == Accumulate::kAdd ? 1.0f : 0.0f;
+  gemm(g, stream_of(s));
+}
+
 void matmul_residual_forward(Tensor& out, const Tensor& in, const Tensor& weight,
                              const Tensor* bias, const Tensor& residual, const Stream& s) {
   const char* op = "matmul_residual_forward";

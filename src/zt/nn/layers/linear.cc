@@ -52,9 +52,12 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
   const Tensor x2 = x.reshape(as_rows(x, in_));
   const Tensor dout2 = dout.reshape(as_rows(dout, out_));
   const int64_t N = x2.size(0);
-  // A frozen unit's weight and bias have no gradient buffers: undefined skips them.
-  kernels::matmul_backward(din != nullptr ? &din2 : nullptr, weight_->grad, bias_grad(), dout2, x2,
+  // A frozen unit's weight and bias have no gradient buffers: undefined skips them. The weight's
+  // gradient is its own GEMM, which writes it when it is unwritten (weight_grad).
+  Tensor no_dweight;
+  kernels::matmul_backward(din != nullptr ? &din2 : nullptr, no_dweight, bias_grad(s), dout2, x2,
                            weight_->value, s);
+  weight_grad(dout2, x2, s);
   for (const LoraAdapter& a : adapters_) {
     // With g = scale * dout[:, rows] (read in place, never copied) and u = h A^T (recomputed:
     // r values a row): du = g B, dB += g^T u; dA += du^T h, dx += dropout(du A).
@@ -63,19 +66,20 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
     Tensor u = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
     kernels::matmul_forward(u, h, a.a->value, nullptr, s);
     Tensor du = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
-    kernels::matmul_cols_backward(&du, a.b->grad, dout2, a.row0, a.scale, u, a.b->value,
-                                  /*din_accumulate=*/false, s);
+    kernels::matmul_cols_backward(&du, grad_for_add(*a.b, s), dout2, a.row0, a.scale, u,
+                                  a.b->value, /*din_accumulate=*/false, s);
+    Tensor& da = grad_for_add(*a.a, s);
     if (din == nullptr) {
-      kernels::matmul_backward(nullptr, a.a->grad, nullptr, du, h, a.a->value, s);
+      kernels::matmul_backward(nullptr, da, nullptr, du, h, a.a->value, s);
       continue;
     }
     if (a.dropout > 0.0f && ctx.mode == Mode::kTrain) {
       Tensor dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
-      kernels::matmul_backward(&dh, a.a->grad, nullptr, du, h, a.a->value, s);
+      kernels::matmul_backward(&dh, da, nullptr, du, h, a.a->value, s);
       kernels::dropout_apply(dh, dh, a.dropout, ctx.dropout_seed ^ a.salt, s);
       kernels::add_inplace(din2, dh, s);
     } else {  // dx += du A, accumulated by the GEMM itself
-      kernels::matmul_cols_backward(&din2, a.a->grad, du, 0, 1.0f, h, a.a->value,
+      kernels::matmul_cols_backward(&din2, da, du, 0, 1.0f, h, a.a->value,
                                     /*din_accumulate=*/true, s);
     }
   }
@@ -101,9 +105,19 @@ void Linear::backward_act(Context& ctx, const Tensor& dout, const Tensor& x, con
             "activation's backward");
   const Tensor x2 = x.reshape(as_rows(x, in_));
   Tensor dpre2 = dpre_in.reshape(as_rows(dpre_in, in_));
-  kernels::matmul_backward_act(dpre2, weight_->grad, bias_grad(), dout.reshape(as_rows(dout, out_)),
-                               x2, weight_->value, pre_in.reshape(as_rows(pre_in, in_)), act,
+  const Tensor dout2 = dout.reshape(as_rows(dout, out_));
+  Tensor no_dweight;
+  kernels::matmul_backward_act(dpre2, no_dweight, bias_grad(ctx.stream), dout2, x2,
+                               weight_->value, pre_in.reshape(as_rows(pre_in, in_)), act,
                                ctx.stream);
+  weight_grad(dout2, x2, ctx.stream);
+}
+
+void Linear::weight_grad(const Tensor& dout2, const Tensor& x2, const Stream& s) const {
+  if (!weight_->grad.defined()) return;  // frozen
+  kernels::matmul_weight_grad(
+      weight_->grad, dout2, x2,
+      grad_write(*weight_) ? kernels::Accumulate::kWrite : kernels::Accumulate::kAdd, s);
 }
 
 }  // namespace zt::nn

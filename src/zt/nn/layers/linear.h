@@ -36,9 +36,10 @@ class Linear {
   int64_t out_features() const { return out_; }
   Param& weight() const { return *weight_; }
   Param* bias() const { return bias_; }
-  // The bias's gradient buffer, or null (no bias, or a frozen unit's, unbound).
-  Tensor* bias_grad() const {
-    return bias_ != nullptr && bias_->grad.defined() ? &bias_->grad : nullptr;
+  // The bias's gradient buffer to add into (cleared first when unwritten: Param::
+  // grad_unwritten), or null (no bias, or a frozen unit's, unbound).
+  Tensor* bias_grad(const Stream& s) const {
+    return bias_ != nullptr && bias_->grad.defined() ? &grad_for_add(*bias_, s) : nullptr;
   }
   void add_adapter(const LoraAdapter& adapter) { adapters_.push_back(adapter); }
   const std::vector<LoraAdapter>& adapters() const { return adapters_; }
@@ -60,6 +61,9 @@ class Linear {
                     kernels::Activation act, Tensor& dpre_in) const;
 
  private:
+  // weight.grad (=|+=) dout2^T x2: written by the pass's first op on it, added after.
+  void weight_grad(const Tensor& dout2, const Tensor& x2, const Stream& s) const;
+
   int64_t in_, out_;
   Param* weight_;
   Param* bias_ = nullptr;

@@ -45,10 +45,12 @@ void Norm::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& d
   if (dresidual != nullptr) dres2 = dresidual->reshape(rows);
   const Tensor* dres = dresidual != nullptr ? &dres2 : nullptr;
   if (kind_ == NormKind::kLayerNorm) {
-    kernels::layernorm_backward(din2, weight_->grad, bias_->grad, dout.reshape(rows),
+    kernels::layernorm_backward(din2, grad_for_add(*weight_, ctx.stream),
+                                grad_for_add(*bias_, ctx.stream), dout.reshape(rows),
                                 x.reshape(rows), weight_->value, mean_, rstd_, dres, ctx.stream);
   } else {
-    kernels::rmsnorm_backward(din2, weight_->grad, dout.reshape(rows), x.reshape(rows),
+    kernels::rmsnorm_backward(din2, grad_for_add(*weight_, ctx.stream), dout.reshape(rows),
+                              x.reshape(rows),
                               weight_->value, rstd_, dres, ctx.stream);
   }
 }

@@ -97,7 +97,7 @@ Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
     return Tensor();
   }
   if (fused()) {  // (training never runs with a cache: positions start at 0)
-    kernels::embedding_backward(wte_->grad, wpe_->grad, dout, tokens_, s);
+    kernels::embedding_backward(grad_for_add(*wte_, s), grad_for_add(*wpe_, s), dout, tokens_, s);
     tokens_ = Tensor();
     return Tensor();
   }
@@ -108,14 +108,16 @@ Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
     norm_->release();
     d = dsum;
   }
-  if (wpe_ != nullptr) kernels::embedding_lookup_backward(wpe_->grad, d, pos_ids_, s);
-  if (types_ != nullptr) kernels::embedding_lookup_backward(types_->grad, d, types_in_, s);
+  if (wpe_ != nullptr) kernels::embedding_lookup_backward(grad_for_add(*wpe_, s), d, pos_ids_, s);
+  if (types_ != nullptr) {
+    kernels::embedding_lookup_backward(grad_for_add(*types_, s), d, types_in_, s);
+  }
   if (project_in_) {
     Tensor de = Tensor::empty(sum_.shape(), ctx.compute_dtype, ctx.device, s);
     project_in_->backward(ctx, d, sum_, &de);
     d = de;
   }
-  kernels::embedding_lookup_backward(wte_->grad, d, tokens_, s);
+  kernels::embedding_lookup_backward(grad_for_add(*wte_, s), d, tokens_, s);
   tokens_ = types_in_ = sum_ = Tensor();
   return Tensor();
 }
@@ -491,10 +493,19 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
   const Stream& s = ctx.stream;
   Param& w = table();
   Tensor dh = Tensor::empty(features_.shape(), dt, ctx.device, s);
-  // A frozen head (or a frozen tied table) has no gradient buffers: undefined skips them.
+  // A frozen head (or a frozen tied table) has no gradient buffers: undefined skips them. The
+  // table's gradient is its own GEMM, which writes it when unwritten (a tied table's: the head
+  // runs before the embedding's backward, which then adds).
+  Tensor no_dweight;
   kernels::matmul_backward(
-      &dh, w.grad, lm_bias_ != nullptr && lm_bias_->grad.defined() ? &lm_bias_->grad : nullptr,
+      &dh, no_dweight,
+      lm_bias_ != nullptr && lm_bias_->grad.defined() ? &grad_for_add(*lm_bias_, s) : nullptr,
       logits_, features_, w.value, s);
+  if (w.grad.defined()) {
+    kernels::matmul_weight_grad(
+        w.grad, logits_, features_,
+        grad_write(w) ? kernels::Accumulate::kWrite : kernels::Accumulate::kAdd, s);
+  }
   // The input of each stage, walking back: the transform reads the projection's output (or the
   // norm's, or x), the projection reads the norm's output (or x).
   const Tensor& before_transform = project_out_ ? projected_ : (final_norm_ ? normed_ : x_);
