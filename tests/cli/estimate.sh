@@ -17,7 +17,7 @@ for s in "estimate_zero2_model_states_mem_needs_all_cold" "estimate_zero3_model_
   "  per CPU  |  per GPU |   Options" "offload_optimizer=none" \
   "offload_param=cpu , offload_optimizer=cpu , zero_init=1" "HW: Setup with 1 node, 8 GPUs per node." \
   "SW: Model with 124M total params." "ZeroTrain, per GPU" "peak allocated" "Largest micro-batch" \
-  "<- this setup"; do
+  "<- this setup" "  1      cpu|nvme"; do
   [[ "$out" == *"$s"* ]] && ok "shows '$s'" || bad "no '$s' in: $out"
 done
 # DeepSpeed's ZeRO-2 row without offload: 2P + int(18P/G) for P = 124,439,808, G = 8.

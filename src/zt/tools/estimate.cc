@@ -359,7 +359,7 @@ std::string estimate_text(const EstimateReport& r) {
   for (const StageFit& f : r.fits) {
     const bool chosen = f.stage == r.stage && f.offload_optimizer == r.offload_optimizer;
     out += fmt::format("  {:<6} {:<18} {:>10} {:>10}{}\n", f.stage,
-                       f.offload_optimizer ? "cpu" : "none", f.without_checkpointing,
+                       f.offload_optimizer ? "cpu|nvme" : "none", f.without_checkpointing,
                        f.with_checkpointing, chosen ? "  <- this setup" : "");
   }
   return out;
