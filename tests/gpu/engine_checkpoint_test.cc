@@ -1,5 +1,5 @@
-// Checkpoints on one GPU: an engine trained a few steps saves; a fresh engine (other initial
-// values) loads. Oracle 1, exact: the loaded fp32 master weights, step counters and loss scale
+// Checkpoints on one GPU: an engine trained a few steps saves; another engine (other initial
+// values, one step of other data trained) loads. Oracle 1, exact: the loaded fp32 master weights, step counters and loss scale
 // equal the saved engine's bit for bit, and so does the first forward's loss on the same batch
 // (the compute copy rebuilt from the master, through every path: 16-bit cast, stage-3 shards
 // cast at each gather, offloaded host masters). Oracle 2, the continuation: both engines then
@@ -66,6 +66,10 @@ TEST(GpuEngineCheckpoint, LoadRestoresExactlyAndTrainingContinues) {
     ASSERT_TRUE(e1.is_ok() && e2.is_ok());
     for (int s = 0; s < 4; ++s) train_step(**e1, 100 + 2 * s);
     ASSERT_TRUE((*e1)->save_checkpoint(dir.path().string()).is_ok());
+    // The loading engine has trained a step of its own first: at stage 3 the next forward's
+    // first gather is then already in flight with its own weights (prefetch_next_forward), and
+    // the load must drop it.
+    train_step(**e2, 7);
     auto loaded = (*e2)->load_checkpoint(dir.path().string());
     ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
     EXPECT_EQ(testing::master_flat(**e2), testing::master_flat(**e1));
