@@ -647,13 +647,15 @@ Status Engine::apply_step(StepStats& stats) {
   stats.lr = lr();
   const double scale = scaler_.scale();
   stats.loss_scale = scale;
-  if (options_.device.is_cuda() && (sharded || comm_->world_size() == 1) &&
-      !scaler_.checks_overflow() && !zero_->offloaded()) {
-    return apply_step_on_device(stats, local_loss);
+  // Without an overflow check or offload, a GPU step reads nothing back before the optimizer
+  // (apply_step_on_device); the loss is summed over ranks there.
+  const bool on_device = options_.device.is_cuda() && (sharded || comm_->world_size() == 1) &&
+                         !scaler_.checks_overflow() && !zero_->offloaded();
+  if (!on_device) {
+    std::vector<double> loss{local_loss};
+    ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
+    stats.loss = loss[0] / comm_->world_size();
   }
-  std::vector<double> loss{local_loss};
-  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
-  stats.loss = loss[0] / comm_->world_size();
 
   // Overflow: an inf/nan in this rank's reduced gradient, MAX-reduced over ranks (§2).
   bool overflow = false;
@@ -669,6 +671,7 @@ Status Engine::apply_step(StepStats& stats) {
   Status us = scaler_.update(overflow);
   if (!scaler_.log_line().empty() && comm_->rank() == 0) ZT_LOG_INFO("{}", scaler_.log_line());
   ZT_RETURN_IF_ERROR(us);
+  if (on_device) return apply_step_on_device(stats, local_loss);  // (no overflow check: none)
 
   const int64_t tb = config_.train_batch_size;
   if (overflow) {
@@ -726,7 +729,15 @@ Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
   kernels::grad_clip_scale(grad_factor_, sumsq, scale, config_.gradient_clipping, s);
   optim::StepValues v = step_values(stats.lr);
   v.grad_scale_at = grad_factor_.data<float>();
-  ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
+  Result<int64_t> groups = zero_->optimizer_step(optimizer_, v);
+  if (!groups.is_ok()) {
+    // Drain what was queued (the copy from the page-locked buffer, the collective) before
+    // handing the failure up: the next step writes that buffer.
+    (void)sums.wait();
+    s.synchronize();
+    return groups.status();
+  }
+  last_step_groups_ = *groups;
   ZT_RETURN_IF_ERROR(sums.wait());  // (a default handle is complete)
   memory_copy_async(host, Device::cpu(), step_sums_.data(), step_sums_.device(), kBytes, s);
   s.synchronize();

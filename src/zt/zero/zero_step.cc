@@ -9,8 +9,10 @@ namespace zt::zero {
 
 Result<int64_t> ZeroState::optimizer_step(optim::Optimizer& optimizer,
                                           const optim::StepValues& v) {
-  // Reads of parameter chunks no gather took must not cross the step's writes to the file.
-  if (param_file_ != nullptr) settle_param_reads();
+  // A gather issued ahead that no forward consumed (two steps with no pass between) read the
+  // weights this step is about to change: drop it (also the parameter-file reads no gather
+  // took, which must not cross the step's writes to the file).
+  drop_prefetches();
   if (offload_) {
     // ZeRO-Offload: the same step values, applied by the CPU kernels to the host master weights;
     // the pipeline writes the compute copy's own chunks back to the device.
