@@ -352,7 +352,6 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   zero_ = std::make_unique<zero::ZeroState>(model, zo, options.seed);
   if (timers_ && z.stage == 3) zero_->set_gather_timing(true);
   found_inf_ = Tensor::zeros({1}, DType::f32, dev);
-  norm_acc_ = Tensor::zeros({1}, DType::f64, dev);
   step_sums_ = Tensor::zeros({2}, DType::f64, dev);
   grad_factor_ = Tensor::zeros({1}, DType::f32, dev);
   if (dev.is_cuda()) step_sums_host_ = Tensor::empty_pinned({2}, DType::f64);
@@ -688,11 +687,10 @@ Status Engine::apply_step(StepStats& stats) {
 
   // Global gradient norm: each rank's own chunks, summed over ranks (stage 0: every rank holds
   // the whole all-reduced gradient, so its local sum is already global).
-  norm_acc_.zero(s);
-  for (int u = 0; u < n_units; ++u) {
-    if (zero_->trainable(u)) kernels::sum_squares_accumulate(norm_acc_, zero_->step_grad(u), s);
-  }
-  std::vector<double> sumsq{norm_acc_.item()};
+  Tensor acc = step_sums_.view(0, {1});
+  acc.zero(s);
+  accumulate_grad_sumsq(acc);
+  std::vector<double> sumsq{acc.item()};
   if (sharded) ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(sumsq, ReduceOp::kSum));
   const double total = std::sqrt(sumsq[0]);  // norm of the scaled gradients
   stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
@@ -719,10 +717,7 @@ Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
   constexpr size_t kBytes = 2 * sizeof(double);
   memory_copy_async(step_sums_.data(), step_sums_.device(), host, Device::cpu(), kBytes, s);
   Tensor sumsq = step_sums_.view(0, {1});
-  const int n_units = static_cast<int>(zero_->units().size());
-  for (int u = 0; u < n_units; ++u) {
-    if (zero_->trainable(u)) kernels::sum_squares_accumulate(sumsq, zero_->step_grad(u), s);
-  }
+  accumulate_grad_sumsq(sumsq);
   CommHandle sums;
   if (comm_->world_size() > 1) sums = comm_->all_reduce(step_sums_, ReduceOp::kSum, s);
   const double scale = scaler_.scale();
@@ -745,6 +740,13 @@ Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
   const double total = std::sqrt(host[0]);
   stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
   return finish_step(stats);
+}
+
+void Engine::accumulate_grad_sumsq(Tensor& acc) {
+  const int n_units = static_cast<int>(zero_->units().size());
+  for (int u = 0; u < n_units; ++u) {
+    if (zero_->trainable(u)) kernels::sum_squares_accumulate(acc, zero_->step_grad(u), ctx_.stream);
+  }
 }
 
 optim::StepValues Engine::step_values(double lr) const {

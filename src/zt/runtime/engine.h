@@ -173,6 +173,8 @@ class Engine {
   // apply_step on a GPU without overflow checks or an offloaded optimizer: the loss, the norm
   // and the clip factor stay on the device until the optimizer is queued.
   Status apply_step_on_device(StepStats& stats, double local_loss);
+  // Adds every trainable unit's reduced-gradient sum of squares into acc ((1) f64, device).
+  void accumulate_grad_sumsq(Tensor& acc);
   // The optimizer's step values but the gradient factor (the config, the scheduler).
   optim::StepValues step_values(double lr) const;
   // After the optimizer: zero gradients, step the scheduler, advance the counters.
@@ -208,8 +210,9 @@ class Engine {
   Tensor targets_dev_;
   Tensor attention_mask_dev_;
   Tensor found_inf_;  // (1) f32
-  Tensor norm_acc_;   // (1) f64
-  Tensor step_sums_;  // (2) f64 on the device: the gradients' sum of squares, the mean loss
+  // (2) f64 on the device: the gradients' sum of squares (the norm's accumulator on both step
+  // paths), the mean loss (apply_step_on_device)
+  Tensor step_sums_;
   Tensor grad_factor_;  // (1) f32 on the device: grad_clip_scale's output
   Tensor step_sums_host_;  // (2) f64 page-locked: step_sums_'s way in and out (GPU engines)
   int64_t global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0, micro_steps_ = 0;

@@ -129,19 +129,9 @@ void matmul_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& 
     check_numel(*din, N * K, op, "din");
     gemm(din_gemm(din->data(), dout, weight), stream);
   }
-  if (dweight.defined()) {
-    GemmArgs g;  // dweight (M,K) += dout^T (M,N) @ in (N,K)
-    g.rows = M;
-    g.cols = K;
-    g.inner = N;
-    g.a = dout.data();
-    g.trans_a = Transpose::kYes;  // dout is stored (N, M)
-    g.b = in.data();
-    g.c = dweight.data();
-    g.ab_dtype = dt;
-    g.c_dtype = DType::f32;
-    g.beta = 1.0f;
-    if (N > 0) gemm(g, stream);
+  if (dweight.defined()) {  // dweight (M,K) += dout^T (M,N) @ in (N,K)
+    Tensor dw = dweight.reshape({M, K});
+    cuda::matmul_weight_grad(dw, dout, in, Accumulate::kAdd, s);
   }
   if (dbias != nullptr) {
     check_dtype(*dbias, DType::f32, op, "dbias");
