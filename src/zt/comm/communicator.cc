@@ -120,6 +120,35 @@ CommHandle Communicator::reduce_scatter_coalesced(std::span<Tensor> outs,
   return CommHandle(std::make_shared<GroupWork>(std::move(handles)));
 }
 
+Result<int> comm_group_index(std::span<const int> ranks, int rank, int world_size) {
+  if (ranks.empty()) return invalid_argument("new_group: the list of ranks is empty");
+  int index = -1;
+  std::vector<bool> seen(static_cast<size_t>(world_size), false);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < 0 || r >= world_size) {
+      return invalid_argument("new_group: rank {} is outside the world of {} rank(s)", r,
+                              world_size);
+    }
+    if (seen[static_cast<size_t>(r)]) {
+      return invalid_argument("new_group: rank {} appears twice in the list", r);
+    }
+    seen[static_cast<size_t>(r)] = true;
+    if (r == rank) index = static_cast<int>(i);
+  }
+  return index;
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::new_group(std::span<const int> ranks) {
+  ZT_ASSIGN_OR_RETURN(const int index, comm_group_index(ranks, rank(), world_size()));
+  if (ranks.size() > 1) {
+    return unavailable("new_group: the {} communicator forms no group of {} ranks",
+                       backend_name(), ranks.size());
+  }
+  if (index < 0) return std::unique_ptr<Communicator>();
+  return stub_communicator_create(device());
+}
+
 std::string comm_failure_message(std::string_view op, int rank, int world_size,
                                  std::string_view what) {
   return fmt::format("{} on rank {} of {} failed: {}", op, rank, world_size, what);

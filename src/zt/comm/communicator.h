@@ -99,6 +99,20 @@ class Communicator {
   // Returns when every rank has called barrier (and, on streams, their earlier work is done).
   virtual CommHandle barrier(std::optional<Stream> stream = std::nullopt) = 0;
 
+  // A communicator over a subset of this one's ranks (torch.distributed.new_group): the data-,
+  // pipeline- and tensor-parallel groups of 3D parallelism (pipe/topology.h). Collective over
+  // this communicator: every rank calls it with the same list, and calls for several groups come
+  // in the same order on every rank. `ranks` are this communicator's ranks, distinct, in the
+  // order that numbers the group (rank ranks[i] is the group's rank i). A member gets the group's
+  // communicator, on the same device and with the same timeout; a rank outside the list gets
+  // null. A group of one rank is a single-process communicator. Errors: a list that is empty,
+  // repeats a rank or names one outside [0, world_size); a member that cannot connect.
+  // The group shares nothing with this communicator but its rendezvous, so the two may be used
+  // in any interleaving (as NCCL requires, not from two threads at once on one GPU).
+  // The base implementation forms groups of one rank only (the stub and test doubles); Gloo and
+  // NCCL form any.
+  virtual Result<std::unique_ptr<Communicator>> new_group(std::span<const int> ranks);
+
  protected:
   Communicator() = default;
 };
@@ -111,6 +125,10 @@ Result<std::unique_ptr<Communicator>> communicator_create(const DistEnv& env, De
 int comm_nccl_version();
 // Gloo's version from its headers, "0.5.0".
 std::string comm_gloo_version();
+
+// The checks every backend's new_group makes first: the list is non-empty, distinct and inside
+// [0, world_size). Returns this rank's index in it, or -1 when it is not a member.
+Result<int> comm_group_index(std::span<const int> ranks, int rank, int world_size);
 
 // The message every backend gives a failed operation, so users see one shape:
 // "all_reduce on rank 1 of 2 failed: <what>".

@@ -276,6 +276,65 @@ TEST(GlooCommunicator, CoalescedFormsMatchOneCollectivePerTensor) {
   unsetenv("ZT_GLOO_SCATTER_CHUNK_BYTES");
 }
 
+// new_group: two disjoint pairs, then a pair numbered against rank order, then a group of one.
+// Each group's all_reduce sums only its members' values (the oracle is the sum computed here),
+// send/recv use group ranks, a rank outside a group gets null, and the parent still works after.
+TEST(GlooCommunicator, NewGroupsReduceOverTheirMembersOnly) {
+  const int world = 4;
+  const int port = free_tcp_port();
+  run_ranks(world, [&](int rank) {
+    auto comm = create(rank_env(rank, world, port, 20s));
+    ASSERT_NE(comm, nullptr);
+    std::vector<std::unique_ptr<Communicator>> pairs;
+    for (std::vector<int> g : {std::vector<int>{0, 1}, std::vector<int>{2, 3}}) {
+      auto c = comm->new_group(g);
+      ASSERT_TRUE(c.is_ok()) << c.status().message();
+      const bool member = std::find(g.begin(), g.end(), rank) != g.end();
+      EXPECT_EQ(*c != nullptr, member) << "rank " << rank;
+      if (member) pairs.push_back(std::move(c).value());
+    }
+    ASSERT_EQ(pairs.size(), 1u);
+    Communicator& pair = *pairs[0];
+    EXPECT_EQ(pair.world_size(), 2);
+    EXPECT_EQ(pair.rank(), rank % 2);
+    const int first = rank - rank % 2;
+    Tensor t = Tensor::from_doubles({static_cast<double>(rank + 1)}, {1}, DType::f32);
+    expect_ok(pair.all_reduce(t, ReduceOp::kSum), "group all_reduce");
+    EXPECT_EQ(t.to_doubles()[0], static_cast<double>(2 * first + 3)) << "rank " << rank;
+    // Reversed numbering: ranks 3 and 1, so rank 3 is the group's rank 0.
+    auto rev = comm->new_group(std::vector<int>{3, 1});
+    ASSERT_TRUE(rev.is_ok()) << rev.status().message();
+    if (rank == 1 || rank == 3) {
+      ASSERT_NE(*rev, nullptr);
+      EXPECT_EQ((*rev)->rank(), rank == 3 ? 0 : 1);
+      Tensor m = Tensor::from_doubles({static_cast<double>(rank * 10)}, {1}, DType::f32);
+      if (rank == 3) {
+        expect_ok((*rev)->send(m, 1), "group send");
+      } else {
+        expect_ok((*rev)->recv(m, 0), "group recv");
+        EXPECT_EQ(m.to_doubles()[0], 30.0);
+      }
+    } else {
+      EXPECT_EQ(*rev, nullptr);
+    }
+    auto one = comm->new_group(std::vector<int>{0});
+    ASSERT_TRUE(one.is_ok());
+    EXPECT_EQ(*one != nullptr, rank == 0);
+    if (rank == 0) {
+      EXPECT_EQ((*one)->world_size(), 1);
+    }
+    // Bad lists fail on every rank alike, before any communication.
+    EXPECT_FALSE(comm->new_group(std::vector<int>{}).is_ok());
+    EXPECT_FALSE(comm->new_group(std::vector<int>{1, 1}).is_ok());
+    auto outside = comm->new_group(std::vector<int>{0, 4});
+    ASSERT_FALSE(outside.is_ok());
+    EXPECT_NE(outside.status().message().find("outside the world of 4"), std::string::npos);
+    Tensor w = Tensor::from_doubles({1.0}, {1}, DType::f32);
+    expect_ok(comm->all_reduce(w, ReduceOp::kSum), "parent all_reduce after the groups");
+    EXPECT_EQ(w.to_doubles()[0], 4.0);
+  });
+}
+
 TEST(GlooCommunicator, RankThatNeverArrivesFailsTheOthersWithinTheTimeout) {
   const int world = 3;
   const int port = free_tcp_port();

@@ -34,9 +34,19 @@
 #include "zt/comm/gloo/gloo_errors.h"
 #include "zt/comm/gloo/gloo_store.h"
 #include "zt/comm/gloo/op_queue.h"
+#include "zt/comm/stub/stub_communicator.h"
+
+#include <fmt/ranges.h>
 #include "zt/core/log.h"
 
 namespace zt {
+
+// Creates the communicator of `env` (a whole job, or a group: env.rank and env.world_size are
+// then the group's) over `store`, its keys under `prefix`.
+Result<std::unique_ptr<Communicator>> gloo_create(const DistEnv& env,
+                                                  std::shared_ptr<TcpStore> store,
+                                                  const std::string& prefix);
+
 namespace {
 
 // Gloo's collectives use slot prefixes 0x01-0x08 (gloo/types.h); point-to-point takes its own.
@@ -193,7 +203,8 @@ class GlooCommunicator final : public Communicator {
   GlooCommunicator(const DistEnv& env, std::shared_ptr<TcpStore> store,
                    std::shared_ptr<gloo::rendezvous::Context> ctx,
                    std::shared_ptr<GlooErrorState> errors)
-      : rank_(env.rank),
+      : env_(env),
+        rank_(env.rank),
         world_(env.world_size),
         timeout_(env.timeout),
         store_(std::move(store)),
@@ -210,6 +221,27 @@ class GlooCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   Device device() const override { return Device::cpu(); }
   std::string_view backend_name() const override { return "gloo"; }
+
+  // A Gloo context of its own over the same store, its keys under a prefix numbered by the
+  // order of new_group calls (the same on every rank, members or not).
+  Result<std::unique_ptr<Communicator>> new_group(std::span<const int> ranks) override {
+    ZT_ASSIGN_OR_RETURN(const int index, comm_group_index(ranks, rank_, world_));
+    const int seq = groups_created_++;
+    if (index < 0) return std::unique_ptr<Communicator>();
+    if (ranks.size() == 1) return stub_communicator_create(Device::cpu());
+    DistEnv group = env_;
+    group.rank = index;
+    group.world_size = static_cast<int>(ranks.size());
+    group.local_rank = index;
+    group.local_size = group.world_size;
+    auto c = gloo_create(group, store_, fmt::format("{}group{}/", kKeyPrefix, seq));
+    if (!c.is_ok()) {
+      return c.status().with_context(
+          fmt::format("new_group of ranks [{}] (this rank {} of {}): ", fmt::join(ranks, ", "),
+                      rank_, world_));
+    }
+    return c;
+  }
 
   CommHandle all_reduce(Tensor& inout, ReduceOp op, std::optional<Stream>) override {
     check(inout, "all_reduce");
@@ -482,9 +514,11 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  const DistEnv env_;
   const int rank_;
   const int world_;
   const std::chrono::milliseconds timeout_;
+  int groups_created_ = 0;  // new_group calls so far (the next group's key prefix)
   const int64_t scatter_chunk_bytes_ = scatter_chunk_bytes_from_environment();
   std::shared_ptr<TcpStore> store_;  // on rank 0 this also serves the store
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
@@ -499,8 +533,9 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
-Result<std::unique_ptr<Communicator>> gloo_communicator_create(const DistEnv& env,
-                                                               std::shared_ptr<TcpStore> store) {
+Result<std::unique_ptr<Communicator>> gloo_create(const DistEnv& env,
+                                                  std::shared_ptr<TcpStore> store,
+                                                  const std::string& prefix) {
   auto context = [&](const Status& s) {
     return s.with_context(
         fmt::format("creating the Gloo communicator of rank {} of {}: ", env.rank, env.world_size));
@@ -520,7 +555,7 @@ Result<std::unique_ptr<Communicator>> gloo_communicator_create(const DistEnv& en
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
     ctx->setTimeout(env.timeout);
-    GlooStore gloo_store(store, kKeyPrefix);
+    GlooStore gloo_store(store, prefix);
     ctx->connectFullMesh(gloo_store, device);
   } catch (const StoreFailure& e) {
     return context(e.status);
@@ -534,18 +569,18 @@ Result<std::unique_ptr<Communicator>> gloo_communicator_create(const DistEnv& en
   // Both map back to the peer's rank.
   for (int q = 0; q < env.world_size; ++q) {
     if (q == env.rank) continue;
-    Status s = store->set(fmt::format("{}pair/{}/{}", kKeyPrefix, env.rank, q),
+    Status s = store->set(fmt::format("{}pair/{}/{}", prefix, env.rank, q),
                           ctx->getPair(q)->address().str());
     if (!s.is_ok()) return context(s);
   }
   for (int q = 0; q < env.world_size; ++q) {
     if (q == env.rank) continue;
-    Result<std::string> addr = store->get(fmt::format("{}pair/{}/{}", kKeyPrefix, q, env.rank));
+    Result<std::string> addr = store->get(fmt::format("{}pair/{}/{}", prefix, q, env.rank));
     if (!addr.is_ok()) return context(addr.status());
     ZT_LOG_DEBUG("gloo: rank {} sees rank {} at {}", env.rank, q, *addr);
     errors->add_peer_address(*addr, q);
     // Gloo's key "<q>": q's listening address for each peer, in rank order without q.
-    Result<std::string> all = store->get(fmt::format("{}{}", kKeyPrefix, q));
+    Result<std::string> all = store->get(fmt::format("{}{}", prefix, q));
     if (!all.is_ok()) return context(all.status());
     const size_t size = all->size() / static_cast<size_t>(env.world_size - 1);
     const size_t slot = static_cast<size_t>(env.rank > q ? env.rank - 1 : env.rank);
@@ -571,6 +606,11 @@ Result<std::unique_ptr<Communicator>> gloo_communicator_create(const DistEnv& en
   }
   return std::unique_ptr<Communicator>(
       new GlooCommunicator(env, std::move(store), std::move(ctx), std::move(errors)));
+}
+
+Result<std::unique_ptr<Communicator>> gloo_communicator_create(const DistEnv& env,
+                                                               std::shared_ptr<TcpStore> store) {
+  return gloo_create(env, std::move(store), kKeyPrefix);
 }
 
 }  // namespace zt

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -238,6 +239,55 @@ class NcclCommunicator final : public Communicator {
   int world_size() const override { return state_->world; }
   Device device() const override { return Device::cuda(state_->device); }
   std::string_view backend_name() const override { return "nccl"; }
+
+  // ncclCommSplit: collective over this communicator; the members take color 0 and their index
+  // in the list as key (so the group numbers them in list order), the others NCCL_SPLIT_NOCOLOR.
+  Result<std::unique_ptr<Communicator>> new_group(std::span<const int> ranks) override {
+    ZT_ASSIGN_OR_RETURN(const int index, comm_group_index(ranks, state_->rank, state_->world));
+    DeviceGuard guard(state_->device);
+    auto child = std::make_shared<NcclState>();
+    child->rank = index;
+    child->world = static_cast<int>(ranks.size());
+    child->device = state_->device;
+    child->timeout = state_->timeout;
+    const std::string op = fmt::format("new_group of {} rank(s) (ncclCommSplit)", ranks.size());
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->failure.is_ok()) return state_->failure;
+    ncclResult_t r = ncclCommSplit(state_->comm, index < 0 ? NCCL_SPLIT_NOCOLOR : 0,
+                                   std::max(index, 0), &child->comm, &config);
+    const Clock::time_point deadline = Clock::now() + state_->timeout;
+    if (r == ncclInProgress) {
+      // A member polls its new communicator, a rank outside the group the parent.
+      r = child->comm != nullptr ? child->settle_locked(r, deadline)
+                                 : state_->settle_locked(r, deadline);
+    }
+    if (r == ncclInProgress) {
+      if (child->comm != nullptr) {
+        ncclCommAbort(child->comm);
+        child->comm = nullptr;
+      }
+      return state_->fail_locked(
+          {StatusCode::kTimeout,
+           comm_failure_message(op, state_->rank, state_->world,
+                                fmt::format("not finished after {}: a rank did not call it",
+                                            seconds_text(state_->timeout)))});
+    }
+    if (r != ncclSuccess) {
+      if (child->comm != nullptr) {
+        ncclCommAbort(child->comm);
+        child->comm = nullptr;
+      }
+      return state_->fail_locked(state_->failure_of(op, r));
+    }
+    if (index < 0) return std::unique_ptr<Communicator>();
+    if (cudaError_t e = cudaStreamCreateWithFlags(&child->own_stream, cudaStreamNonBlocking);
+        e != cudaSuccess) {
+      return unavailable("{}: cudaStreamCreate: {}", op, cudaGetErrorString(e));
+    }
+    return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(child)));
+  }
 
   CommHandle all_reduce(Tensor& inout, ReduceOp op, std::optional<Stream> stream) override {
     check(inout, "all_reduce");
