@@ -84,6 +84,8 @@ class Unit {
   // ZeRO-3 schedule gathers them too before this unit runs.
   const std::vector<int>& extra_units() const { return extra_units_; }
   void add_extra_unit(int index) { extra_units_.push_back(index); }
+  // Renumbers them (a pipeline stage holds a subset of the model's units: pipe/stage_model.h).
+  void set_extra_units(std::vector<int> indices) { extra_units_ = std::move(indices); }
 
   virtual Tensor forward(Context& ctx, const Tensor& in) = 0;
   virtual Tensor backward(Context& ctx, const Tensor& dout) = 0;

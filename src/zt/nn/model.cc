@@ -15,7 +15,7 @@ Tensor Model::forward(Context& ctx, const Tensor& input, UnitHooks* hooks) {
   checkpointed_ = ctx.mode == Mode::kTrain && ctx.checkpoint_activations;
   if (checkpointed_) checkpoints_.assign(units_.size(), Tensor());
   for (size_t i = 0; i < units_.size(); ++i) {
-    if (units_[i]->passive()) continue;
+    if (!runs_unit(i)) continue;
     if (hooks != nullptr) hooks->before_forward(static_cast<int>(i));
     const bool keep_input_only = checkpointed_ && units_[i]->checkpointable();
     Tensor in = x;
@@ -33,9 +33,13 @@ Tensor Model::forward(Context& ctx, const Tensor& input, UnitHooks* hooks) {
 }
 
 void Model::backward(Context& ctx, UnitHooks* hooks) {
-  Tensor d;  // the last unit starts from its own saved loss gradient
+  (void)backward(ctx, Tensor(), hooks);  // the last unit starts from its own saved loss gradient
+}
+
+Tensor Model::backward(Context& ctx, const Tensor& dout, UnitHooks* hooks) {
+  Tensor d = dout;
   for (size_t k = units_.size(); k-- > 0;) {
-    if (units_[k]->passive()) continue;
+    if (!runs_unit(k)) continue;
     if (hooks != nullptr) hooks->before_backward(static_cast<int>(k));
     if (checkpointed_ && checkpoints_[k].defined()) {
       Tensor in = checkpoints_[k].device() == ctx.device ? checkpoints_[k]
@@ -47,6 +51,7 @@ void Model::backward(Context& ctx, UnitHooks* hooks) {
     if (hooks != nullptr) hooks->after_backward(static_cast<int>(k));
   }
   checkpointed_ = false;
+  return d;
 }
 
 }  // namespace zt::nn

@@ -48,6 +48,13 @@ class Model {
   // ctx.checkpoint_activations, a checkpointable unit's forward is rerun on its kept input
   // right before its backward (after the hooks' before_backward, which gathers its parameters).
   void backward(Context& ctx, UnitHooks* hooks = nullptr);
+  // The same from `dout`, the gradient of the last unit's output (a pipeline stage's received
+  // gradient; undefined: the last unit's own saved loss gradient, as above). Returns the gradient
+  // of the first unit's input (undefined when that unit takes token ids).
+  Tensor backward(Context& ctx, const Tensor& dout, UnitHooks* hooks);
+  // Whether forward and backward run unit i: every unit but the passive ones, unless a model
+  // holds units another model runs (a pipeline stage's copy of a tied unit: pipe/stage_model.h).
+  virtual bool runs_unit(size_t i) const { return !units_[i]->passive(); }
 
  protected:
   std::vector<std::unique_ptr<Unit>> units_;

@@ -148,6 +148,18 @@ zero::ZeroOptions zero_options_from_config(const DeepSpeedConfig& config, Device
 
 namespace {
 
+// Sums (or maxes) a few host doubles over `comm` (null or one rank: nothing to do), through a
+// tensor on the communicator's device (on stream `s`).
+Status all_reduce_host_doubles(Communicator* comm, std::vector<double>& values, ReduceOp op,
+                               const Stream& s) {
+  if (comm == nullptr || comm->world_size() == 1 || values.empty()) return Status::ok();
+  Tensor t = Tensor::from_doubles(values, {static_cast<int64_t>(values.size())}, DType::f64,
+                                  comm->device());
+  ZT_RETURN_IF_ERROR(comm->all_reduce(t, op, s).wait());
+  values = t.to_doubles();
+  return Status::ok();
+}
+
 Status offload_check(const DeepSpeedConfig& config, Device device) {
   const ZeroConfig& z = config.zero;
   const OffloadConfig& o = z.offload_optimizer;
@@ -408,6 +420,22 @@ nn::Context Engine::eval_context() const {
   return c;
 }
 
+nn::Context Engine::train_context() const {
+  nn::Context c = ctx_;
+  c.mode = nn::Mode::kTrain;
+  c.targets = nullptr;
+  c.attention_mask = nullptr;
+  return c;
+}
+
+Status Engine::pipeline_step(double mean_loss) {
+  loss_sum_ = mean_loss;
+  loss_count_ = 1;
+  // The batch's micro-steps but the last were the stages' passes; step() counts the boundary.
+  micro_steps_ += config_.gradient_accumulation_steps - 1;
+  return step();
+}
+
 bool Engine::is_gradient_accumulation_boundary() const {
   return (micro_steps_ + 1) % config_.gradient_accumulation_steps == 0;
 }
@@ -648,8 +676,9 @@ Status Engine::apply_step(StepStats& stats) {
   stats.loss_scale = scale;
   // Without an overflow check or offload, a GPU step reads nothing back before the optimizer
   // (apply_step_on_device); the loss is summed over ranks there.
+  Communicator* mp = options_.model_parallel_comm;
   const bool on_device = options_.device.is_cuda() && (sharded || comm_->world_size() == 1) &&
-                         !scaler_.checks_overflow() && !zero_->offloaded();
+                         !scaler_.checks_overflow() && !zero_->offloaded() && mp == nullptr;
   if (!on_device) {
     std::vector<double> loss{local_loss};
     ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(loss, ReduceOp::kSum));
@@ -665,6 +694,7 @@ Status Engine::apply_step(StepStats& stats) {
     }
     std::vector<double> flag{found_inf_.item()};
     ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(flag, ReduceOp::kMax));
+    ZT_RETURN_IF_ERROR(all_reduce_host_doubles(mp, flag, ReduceOp::kMax, s));
     overflow = flag[0] != 0.0;
   }
   Status us = scaler_.update(overflow);
@@ -692,6 +722,7 @@ Status Engine::apply_step(StepStats& stats) {
   accumulate_grad_sumsq(acc);
   std::vector<double> sumsq{acc.item()};
   if (sharded) ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(sumsq, ReduceOp::kSum));
+  ZT_RETURN_IF_ERROR(all_reduce_host_doubles(mp, sumsq, ReduceOp::kSum, s));  // over the stages
   const double total = std::sqrt(sumsq[0]);  // norm of the scaled gradients
   stats.grad_norm = std::isfinite(total) ? total / scale : -1.0;
   optim::StepValues v = step_values(stats.lr);
@@ -744,8 +775,12 @@ Status Engine::apply_step_on_device(StepStats& stats, double local_loss) {
 
 void Engine::accumulate_grad_sumsq(Tensor& acc) {
   const int n_units = static_cast<int>(zero_->units().size());
+  const auto& excluded = options_.norm_excluded_units;
   for (int u = 0; u < n_units; ++u) {
-    if (zero_->trainable(u)) kernels::sum_squares_accumulate(acc, zero_->step_grad(u), ctx_.stream);
+    if (!zero_->trainable(u) || std::find(excluded.begin(), excluded.end(), u) != excluded.end()) {
+      continue;
+    }
+    kernels::sum_squares_accumulate(acc, zero_->step_grad(u), ctx_.stream);
   }
 }
 

@@ -41,6 +41,14 @@ struct EngineOptions {
   // input through forward and recomputes its activations before its backward; the config's
   // activation_checkpointing.cpu_checkpointing keeps those inputs in host memory.
   bool activation_checkpointing = false;
+  // Pipeline parallelism (pipe/pipe_engine.h): `comm` is then the stage's data-parallel group,
+  // and this is DeepSpeed's model-parallel group (every stage of this rank's pipeline), over which
+  // the overflow flag and the gradients' sum of squares are reduced too, so every stage clips
+  // and skips alike. Not owned. Null: no pipeline.
+  Communicator* model_parallel_comm = nullptr;
+  // Units whose gradient another stage's copy also holds (a tied embedding replicated on the last
+  // stage: DeepSpeed's ds_pipe_replicated): left out of the norm, so each counts once.
+  std::vector<int> norm_excluded_units{};
 };
 
 // What happened at the last optimizer step (the boundary micro-batch).
@@ -103,6 +111,15 @@ class Engine {
   // zero_optimization.offload_optimizer on a GPU the optimizer runs on the host
   // (zero/optimizer_offload.h); everything else is the same.
   Status step();
+  // Pipeline engines (pipe/pipe_engine.h), which run the micro-batches' forward and backward
+  // passes themselves and reduce the gradients (ZeroState::reduce_grads): the optimizer step of
+  // one batch of gradient_accumulation_steps micro-batches whose mean loss (over the pipeline's
+  // last stage, the same value on every stage) is `mean_loss`. Counts the micro-steps and steps
+  // as gradient_accumulation_steps step() calls would.
+  Status pipeline_step(double mean_loss);
+  // The context a pipeline stage's training passes run with (device, stream, dtypes,
+  // checkpointing); the caller sets targets and dloss.
+  nn::Context train_context() const;
 
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const { return global_steps_; }

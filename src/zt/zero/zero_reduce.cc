@@ -140,6 +140,13 @@ void ZeroState::complete_reduce(PendingReduce& p) {
   }
 }
 
+Status ZeroState::reduce_grads() {
+  ZT_ASSERT(options_.stage <= 1, "reduce_grads is for stages 0-1 (stage {} reduces in backward)",
+            options_.stage);
+  for (int u = static_cast<int>(units_.size()); u-- > 0;) bucket_unit(u);
+  return finish_pass();
+}
+
 Status ZeroState::finish_pass() {
   flush_bucket();  // the end of backward (a no-op after a forward)
   while (!pending_.empty()) {

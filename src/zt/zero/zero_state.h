@@ -252,6 +252,11 @@ class ZeroState : public nn::UnitHooks {
   // After a forward or backward pass: completes its collectives (gradient reductions, GPU
   // gathers) and returns the first error any of them met.
   Status finish_pass();
+  // Stages 0-1, outside a backward pass (the pipeline engine's ReduceGrads instruction, after
+  // every micro-batch's backward ran with set_boundary(false)): reduces every trainable unit's
+  // accumulated gradient, last unit first, as the boundary micro-step's backward would, and
+  // completes the collectives.
+  Status reduce_grads();
 
   // Whether unit u is trained (not frozen): only those have the buffers below.
   bool trainable(int u) const { return units_[u].trainable; }
