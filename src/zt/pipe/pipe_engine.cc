@@ -1,0 +1,363 @@
+#include "zt/pipe/pipe_engine.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/ranges.h>
+
+#include "zt/core/log.h"
+#include "zt/pipe/partition.h"
+
+namespace zt::pipe {
+
+// One pipeline buffer: what a micro-batch in flight on this stage holds.
+struct PipelineEngine::Buffer {
+  Tensor input;     // the received activation, or the tokens on the first stage (device)
+  Tensor output;    // the forward's output: the activation to send, or the last stage's losses
+  Tensor grad_in;   // the received gradient of the output
+  Tensor grad_out;  // the gradient of the input, to send back
+  Tensor targets;   // the last stage's targets (device)
+  int64_t counted = 0;  // targets counted in the loss (not kIgnoreTarget)
+  nn::Context ctx;      // the passes' context: targets and dloss of this micro-batch
+};
+
+namespace {
+
+// The shape and dtype message before a batch's first activation: dtype, ndim, dims.
+constexpr int64_t kMetaLen = 2 + Shape::kMaxDims;
+
+Tensor meta_of(const Tensor& t, Device dev) {
+  std::vector<double> v(kMetaLen, 0.0);
+  v[0] = static_cast<double>(static_cast<int>(t.dtype()));
+  v[1] = t.ndim();
+  for (int i = 0; i < t.ndim(); ++i) v[static_cast<size_t>(2 + i)] = static_cast<double>(t.size(i));
+  return Tensor::from_doubles(v, {kMetaLen}, DType::i64, dev);
+}
+
+// Token ids (or targets, where kIgnoreTarget is allowed) inside the vocabulary; the count of
+// counted targets.
+Result<int64_t> check_ids(const Tensor& ids, int64_t vocab, bool targets, int micro_batch) {
+  const int32_t* p = ids.data<int32_t>();
+  int64_t counted = 0;
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    if (targets && p[i] == kIgnoreTarget) continue;
+    if (p[i] < 0 || (vocab > 0 && p[i] >= vocab)) {
+      return invalid_argument(
+          "{} id {} at position {} of micro-batch {} is outside the model's vocabulary of {}{}",
+          targets ? "target" : "token", p[i], i, micro_batch, vocab,
+          targets ? " (-100 marks a position that is not counted)" : "");
+    }
+    ++counted;
+  }
+  return counted;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactory& factory,
+                                                               const DeepSpeedConfig& config,
+                                                               const PipelineOptions& options) {
+  if (config.zero.stage >= 2) {
+    return invalid_argument(
+        "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (zero_optimization.stage "
+        "is {}; DeepSpeed refuses it too): use stage 0 or 1 with --pipeline-parallel-size",
+        config.zero.stage);
+  }
+  std::unique_ptr<PipelineEngine> pe(new PipelineEngine());
+  pe->config_ = config;
+  if (options.engine.comm == nullptr) {
+    auto c = communicator_create(DistEnv{}, options.engine.device);
+    if (!c.is_ok()) return c.status();
+    pe->own_world_ = std::move(c).value();
+    pe->world_ = pe->own_world_.get();
+  } else {
+    pe->world_ = options.engine.comm;
+  }
+  Communicator& world = *pe->world_;
+  ZT_ASSIGN_OR_RETURN(ProcessTopology topo,
+                      topology_for_world(world.world_size(), {.pipeline = options.stages}));
+  pe->topology_ = topo;
+  ZT_ASSIGN_OR_RETURN(pe->grid_, pipe_grid(topo, world.rank()));
+  const PipeGrid& g = pe->grid_;
+  const int S = g.pipe_parallel_size;
+
+  // The partition, from one whole model (every rank computes the same).
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> first, factory());
+  const std::vector<int> running = running_units(*first);
+  const std::vector<UnitInfo> all = describe_units(*first);
+  std::vector<UnitInfo> infos;
+  for (int u : running) infos.push_back(all[static_cast<size_t>(u)]);
+  auto parts = partition_units(infos, S, options.partition_method);
+  if (!parts.is_ok()) {
+    return parts.status().with_context(fmt::format(
+        "partitioning {}'s {} units over --pipeline-parallel-size {}: ", first->name(),
+        infos.size(), S));
+  }
+  pe->parts_ = *parts;
+  std::vector<StagePlan> plans;
+  for (int s = 0; s < S; ++s) {
+    ZT_ASSIGN_OR_RETURN(StagePlan p, stage_plan(*first, pe->parts_, s));
+    plans.push_back(std::move(p));
+  }
+  // Tied units: a unit some stage holds as a copy, and the stages holding it (owner + copies).
+  std::map<int, std::set<int>> holders;
+  for (const StagePlan& p : plans) {
+    for (size_t i = 0; i < p.copies.size(); ++i) {
+      holders[p.copies[i]].insert(p.copy_owners[i]);
+      holders[p.copies[i]].insert(p.stage);
+    }
+  }
+
+  // The groups, created in the same order on every rank: data-parallel (one per stage),
+  // pipelines (one per data index), then each pipeline's tied groups.
+  for (const auto& list : topo.axis_comm_lists(kAxisData)) {
+    ZT_ASSIGN_OR_RETURN(auto c, world.new_group(list));
+    if (c) pe->dp_comm_ = std::move(c);
+  }
+  const auto pipelines = topo.axis_comm_lists(kAxisPipe);
+  for (const auto& list : pipelines) {
+    ZT_ASSIGN_OR_RETURN(auto c, world.new_group(list));
+    if (c) pe->pp_comm_ = std::move(c);
+  }
+  const StagePlan& mine = plans[static_cast<size_t>(g.stage_id)];
+  for (const auto& list : pipelines) {
+    const bool my_pipeline = std::find(list.begin(), list.end(), world.rank()) != list.end();
+    for (const auto& [unit, stages] : holders) {
+      std::vector<int> ranks;
+      for (int s : stages) ranks.push_back(list[static_cast<size_t>(s)]);
+      ZT_ASSIGN_OR_RETURN(auto c, world.new_group(ranks));
+      if (!my_pipeline || !stages.contains(g.stage_id)) continue;
+      const auto at = std::find(mine.units.begin(), mine.units.end(), unit);
+      ZT_ASSERT(at != mine.units.end(), "tied unit {} is not held by stage {}", unit, g.stage_id);
+      pe->tied_.push_back(Tied{static_cast<int>(at - mine.units.begin()), std::move(c)});
+    }
+  }
+  ZT_ASSERT(pe->dp_comm_ && pe->pp_comm_, "rank {} is in no data-parallel or pipeline group",
+            world.rank());
+
+  // One stage model per pipeline buffer (the most micro-batches in flight on this stage).
+  const int buffers =
+      train_num_pipe_buffers(config.gradient_accumulation_steps, S, g.stage_id);
+  pe->models_.push_back(std::make_unique<StageModel>(std::move(first), mine));
+  for (int k = 1; k < buffers; ++k) {
+    ZT_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> whole, factory());
+    pe->models_.push_back(std::make_unique<StageModel>(std::move(whole), mine));
+  }
+  EngineOptions eo = options.engine;
+  eo.comm = pe->dp_comm_.get();
+  eo.model_parallel_comm = pe->pp_comm_.get();
+  eo.norm_excluded_units = pe->models_.front()->copy_indices();
+  ZT_ASSIGN_OR_RETURN(pe->engine_, initialize(*pe->models_.front(), config, eo));
+  pe->buffers_.resize(static_cast<size_t>(buffers));
+  pe->bind_copies();
+  if (config.gradient_accumulation_steps < S && world.rank() == 0) {
+    ZT_LOG_WARN(
+        "pipeline: {} micro-batches (gradient_accumulation_steps) on {} stages: each stage idles "
+        "for {:.0f}% of a batch (the bubble, (P-1)/(m+P-1)); use at least {} micro-batches",
+        config.gradient_accumulation_steps, S,
+        100.0 * (S - 1) / (config.gradient_accumulation_steps + S - 1), S);
+  }
+  if (g.data_parallel_id == 0) {
+    ZT_LOG_INFO("pipeline: {}", pe->describe());
+  }
+  return pe;
+}
+
+PipelineEngine::~PipelineEngine() {
+  for (CommHandle& h : step_handles_) (void)h.wait();
+  engine_.reset();  // before the stage models and the groups it uses
+}
+
+std::string PipelineEngine::describe() const {
+  const StageModel& m = *models_.front();
+  std::string units;
+  for (size_t i = 0; i < m.units().size(); ++i) {
+    if (!m.runs_unit(i)) continue;
+    units += (units.empty() ? "" : ", ") + m.units()[i]->name();
+  }
+  std::string copies;
+  for (int c : m.copy_indices()) {
+    copies += fmt::format("{}{}", copies.empty() ? "; holds a copy of " : ", ",
+                          m.units()[static_cast<size_t>(c)]->name());
+  }
+  return fmt::format("{} ranks as {}; stage {} of {} (data-parallel index {}): units {}{}",
+                     topology_->world_size(), topology_->describe(), grid_.stage_id,
+                     grid_.pipe_parallel_size, grid_.data_parallel_id, units, copies);
+}
+
+void PipelineEngine::bind_copies() {
+  auto& states = engine_->zero_state().units();
+  for (size_t k = 1; k < models_.size(); ++k) {
+    auto& units = models_[k]->units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      units[u]->bind_values(states[u].value);
+      if (states[u].grad.defined()) units[u]->bind_grads(states[u].grad);
+    }
+  }
+}
+
+Result<double> PipelineEngine::train_batch(const std::function<Result<MicroBatch>()>& next) {
+  const int M = config_.gradient_accumulation_steps;
+  ZT_ASSIGN_OR_RETURN(Schedule schedule,
+                      train_schedule(M, grid_.pipe_parallel_size, grid_.stage_id));
+  bind_copies();  // (the engine may have replaced a buffer: a checkpoint load)
+  sent_meta_ = got_meta_ = false;
+  loss_sum_ = 0;
+  loss_count_ = 0;
+  in_flight_ = peak_activations_ = 0;
+  Status failed;
+  for (const Step& step : schedule.steps) {
+    for (const Instruction& in : step) {
+      failed = run_instruction(in, next);
+      if (!failed.is_ok()) break;
+    }
+    // The step's sends (and a GPU's receives) complete before the next step reuses a buffer.
+    for (CommHandle& h : step_handles_) {
+      Status s = h.wait();
+      if (failed.is_ok() && !s.is_ok()) failed = s;
+    }
+    step_handles_.clear();
+    step_keep_.clear();
+    if (!failed.is_ok()) break;
+  }
+  for (Buffer& b : buffers_) b = Buffer{};
+  ZT_RETURN_IF_ERROR(failed);
+  const auto& last = engine_->last_step();
+  return last ? last->loss : 0.0;
+}
+
+Status PipelineEngine::run_instruction(const Instruction& in,
+                                       const std::function<Result<MicroBatch>()>& next) {
+  const bool first = grid_.is_first_stage(), last = grid_.is_last_stage();
+  const Device dev = engine_->device();
+  const Stream& stream = engine_->stream();
+  Communicator& world = *world_;
+  Buffer* b = in.buffer_id >= 0 ? &buffers_[static_cast<size_t>(in.buffer_id)] : nullptr;
+  StageModel* model = in.buffer_id >= 0 ? models_[static_cast<size_t>(in.buffer_id)].get() : nullptr;
+  switch (in.op) {
+    case Op::kLoadMicroBatch: {
+      ZT_ASSIGN_OR_RETURN(MicroBatch mb, next());
+      if (mb.tokens.ndim() != 2 || mb.tokens.dtype() != DType::i32 ||
+          !(mb.tokens.shape() == mb.targets.shape()) || mb.targets.dtype() != DType::i32) {
+        return invalid_argument(
+            "pipeline micro-batch {}: tokens and targets must be (batch, seq) i32 of one shape, "
+            "got {} and {}",
+            in.micro_batch, mb.tokens.shape().str(), mb.targets.shape().str());
+      }
+      const int64_t vocab = models_.front()->vocab_size();
+      if (first) {
+        ZT_RETURN_IF_ERROR(check_ids(mb.tokens, vocab, false, in.micro_batch).status());
+        b->input = mb.tokens.to(dev, stream);
+      }
+      if (last) {
+        ZT_ASSIGN_OR_RETURN(b->counted, check_ids(mb.targets, vocab, true, in.micro_batch));
+        b->targets = mb.targets.to(dev, stream);
+      }
+      return Status::ok();
+    }
+    case Op::kForwardPass: {
+      b->ctx = engine_->train_context();
+      if (last) {
+        b->ctx.targets = &b->targets;
+        b->ctx.dloss =
+            b->counted == 0
+                ? 0.0f
+                : static_cast<float>(engine_->loss_scale() /
+                                     (static_cast<double>(config_.gradient_accumulation_steps) *
+                                      static_cast<double>(b->counted)));
+      }
+      b->ctx.dropout_seed = (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(
+                                                         engine_->micro_steps() + in.micro_batch + 1)) ^
+                            (0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(world.rank() + 1));
+      b->output = model->forward(b->ctx, b->input, nullptr);
+      peak_activations_ = std::max(peak_activations_, ++in_flight_);
+      if (last) {
+        double sum = 0;
+        for (double v : b->output.to_doubles()) sum += v;
+        // Rounded to float as Engine::forward returns it, so one stage reports what the engine does.
+        loss_sum_ += b->counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(b->counted));
+        ++loss_count_;
+      }
+      return Status::ok();
+    }
+    case Op::kBackwardPass: {
+      b->grad_out = model->backward(b->ctx, last ? Tensor() : b->grad_in, nullptr);
+      --in_flight_;
+      if (!first && !(b->grad_out.defined() && b->grad_out.shape() == b->input.shape() &&
+                      b->grad_out.dtype() == b->input.dtype())) {
+        return invalid_argument(
+            "pipeline stage {}: the gradient of its input is {} {}, the input was {} {}; a "
+            "stage's first unit must return the gradient of its input",
+            grid_.stage_id, b->grad_out.defined() ? b->grad_out.shape().str() : "undefined",
+            b->grad_out.defined() ? dtype_name(b->grad_out.dtype()) : "",
+            b->input.shape().str(), dtype_name(b->input.dtype()));
+      }
+      b->input = Tensor();
+      b->output = Tensor();
+      b->grad_in = Tensor();
+      b->targets = Tensor();
+      return Status::ok();
+    }
+    case Op::kSendActivation: {
+      if (!sent_meta_) {
+        step_keep_.push_back(meta_of(b->output, dev));
+        step_handles_.push_back(world.send(step_keep_.back(), grid_.next_stage_rank, stream));
+        sent_meta_ = true;
+      }
+      step_handles_.push_back(world.send(b->output, grid_.next_stage_rank, stream));
+      return Status::ok();
+    }
+    case Op::kRecvActivation: {
+      if (!got_meta_) {
+        Tensor meta = Tensor::zeros({kMetaLen}, DType::i64, dev);
+        ZT_RETURN_IF_ERROR(world.recv(meta, grid_.prev_stage_rank, stream).wait());
+        const std::vector<double> v = meta.to_doubles();
+        const int ndim = static_cast<int>(v[1]);
+        ZT_ASSERT(ndim >= 1 && ndim <= Shape::kMaxDims, "pipeline: activation of {} dims", ndim);
+        std::vector<int64_t> dims;
+        for (int i = 0; i < ndim; ++i) dims.push_back(static_cast<int64_t>(v[static_cast<size_t>(2 + i)]));
+        act_shape_ = Shape(dims);
+        act_dtype_ = static_cast<DType>(static_cast<int>(v[0]));
+        got_meta_ = true;
+      }
+      b->input = Tensor::empty(act_shape_, act_dtype_, dev, stream);
+      CommHandle h = world.recv(b->input, grid_.prev_stage_rank, stream);
+      if (dev.is_cpu()) return h.wait();  // the forward reads it next
+      step_handles_.push_back(std::move(h));
+      return Status::ok();
+    }
+    case Op::kSendGrad:
+      step_handles_.push_back(world.send(b->grad_out, grid_.prev_stage_rank, stream));
+      return Status::ok();
+    case Op::kRecvGrad: {
+      b->grad_in = Tensor::empty(b->output.shape(), b->output.dtype(), dev, stream);
+      CommHandle h = world.recv(b->grad_in, grid_.next_stage_rank, stream);
+      if (dev.is_cpu()) return h.wait();
+      step_handles_.push_back(std::move(h));
+      return Status::ok();
+    }
+    case Op::kReduceTiedGrads: {
+      auto& states = engine_->zero_state().units();
+      for (Tied& t : tied_) {
+        Tensor& grad = states[static_cast<size_t>(t.unit)].grad;
+        if (t.comm == nullptr || !grad.defined()) continue;
+        ZT_RETURN_IF_ERROR(t.comm->all_reduce(grad, ReduceOp::kSum, stream).wait());
+      }
+      return Status::ok();
+    }
+    case Op::kReduceGrads:
+      return engine_->zero_state().reduce_grads();
+    case Op::kOptimizerStep: {
+      // The last stage's mean loss over the micro-batches, on every stage of the pipeline.
+      Tensor loss = Tensor::from_doubles(
+          {loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0}, {1}, DType::f64, dev);
+      ZT_RETURN_IF_ERROR(
+          pp_comm_->broadcast(loss, grid_.pipe_parallel_size - 1, stream).wait());
+      return engine_->pipeline_step(loss.to_doubles()[0]);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace zt::pipe

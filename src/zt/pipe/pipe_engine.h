@@ -1,0 +1,133 @@
+// The pipeline engine: DeepSpeed's PipelineEngine (reference §8) over ZeroTrain's units. The ranks
+// form a [pipe, data] grid (topology.h); each rank holds one stage's units (stage_model.h, cut by
+// partition.h) and trains them with an ordinary Engine over its stage's data-parallel group, at
+// ZeRO stage 0 or 1. train_batch runs one batch through DeepSpeed's 1F1B TrainSchedule
+// (schedule.h), instruction by instruction:
+//
+//   LoadMicroBatch   the first stage takes the micro-batch's tokens, the last its targets (both
+//                    draw the same micro-batches, in order, from `next`)
+//   ForwardPass      the stage's units on the received activation (or the tokens); the last
+//                    stage's head computes the losses and, fused, their gradient
+//   Send/RecvActivation, Send/RecvGrad
+//                    the communicator's send/recv between neighbouring stages of one pipeline;
+//                    the first activation of a batch is preceded by its shape and dtype
+//   BackwardPass     the stage's units backward from the received gradient (the last stage from
+//                    its loss); parameter gradients accumulate over the batch's micro-batches
+//   ReduceTiedGrads  a tied unit's gradient summed over the stages that hold it
+//   ReduceGrads      every gradient reduced over the data-parallel group (ZeroState::reduce_grads)
+//   OptimizerStep    the Engine's step: overflow and the gradient norm reduced over the stages
+//                    too (each tied unit counted once), the loss the last stage's mean
+//
+// Activations in flight: a stage runs the forwards of up to num_pipe_buffers micro-batches before
+// their backwards, and a unit keeps what its backward needs in itself, so the stage holds one
+// copy of its units per buffer (ZeRO binds them all to the same parameter and gradient buffers:
+// the copies cost only their activations, which is what DeepSpeed stores per buffer too). The
+// gradients are those of the single-process run of the same global batch, up to the order of
+// floating-point sums.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <span>
+#include <vector>
+
+#include "zt/comm/communicator.h"
+#include "zt/core/status.h"
+#include "zt/core/tensor.h"
+#include "zt/nn/model.h"
+#include "zt/pipe/partition.h"
+#include "zt/pipe/schedule.h"
+#include "zt/pipe/stage_model.h"
+#include "zt/pipe/topology.h"
+#include "zt/runtime/config.h"
+#include "zt/runtime/engine.h"
+
+namespace zt::pipe {
+
+// Builds one whole model (no parameter memory: an engine binds it). Called once per pipeline
+// buffer; every call must build the same model.
+using ModelFactory = std::function<Result<std::unique_ptr<nn::Model>>()>;
+
+struct PipelineOptions {
+  int stages = 1;                                   // --pipeline-parallel-size
+  std::string partition_method = std::string(kDefaultPartitionMethod);
+  // device, seed, activation checkpointing; comm is the whole job's communicator (every rank),
+  // or null for one process. The engine sets the data-parallel and model-parallel groups.
+  EngineOptions engine{};
+};
+
+// One micro-batch of a language model: tokens and targets (micro_batch, T) i32 on the host
+// (targets of kIgnoreTarget are not counted).
+struct MicroBatch {
+  Tensor tokens;
+  Tensor targets;
+};
+
+class PipelineEngine {
+ public:
+  // `config` must be resolved for the data-parallel size (world / stages), as DeepSpeed counts
+  // batches per data-parallel rank. Errors: a stage count that does not divide the ranks or
+  // exceeds the model's units, ZeRO stage 2 or 3 (DeepSpeed refuses them with pipelines too),
+  // the partition method's errors, the engine's.
+  static Result<std::unique_ptr<PipelineEngine>> create(const ModelFactory& factory,
+                                                        const DeepSpeedConfig& config,
+                                                        const PipelineOptions& options);
+  ~PipelineEngine();
+  PipelineEngine(const PipelineEngine&) = delete;
+  PipelineEngine& operator=(const PipelineEngine&) = delete;
+
+  // DeepSpeed's train_batch: gradient_accumulation_steps micro-batches through the schedule, the
+  // reductions and the optimizer step. `next` is called on the first and the last stage, once per
+  // micro-batch in order. Returns the batch's mean loss (over the micro-batches and the
+  // data-parallel pipelines), the same on every rank. Collective over the job.
+  Result<double> train_batch(const std::function<Result<MicroBatch>()>& next);
+
+  Engine& engine() { return *engine_; }
+  const Engine& engine() const { return *engine_; }
+  const ProcessTopology& topology() const { return *topology_; }
+  const PipeGrid& grid() const { return grid_; }
+  const std::vector<int>& parts() const { return parts_; }  // over the running units
+  const StageModel& stage_model() const { return *models_.front(); }
+  int num_pipe_buffers() const { return static_cast<int>(models_.size()); }
+  // The most micro-batches whose activations this stage held at once during the last batch
+  // (forward done, backward not yet): at most min(stages - stage_id, micro-batches).
+  int peak_activations() const { return peak_activations_; }
+  // "pipe=2 x data=2", with this rank's stage, units and data-parallel index.
+  std::string describe() const;
+
+ private:
+  PipelineEngine() = default;
+  struct Buffer;
+  Status run_instruction(const Instruction& in, const std::function<Result<MicroBatch>()>& next);
+  void bind_copies();
+
+  std::unique_ptr<Communicator> own_world_;
+  Communicator* world_ = nullptr;
+  std::optional<ProcessTopology> topology_;
+  PipeGrid grid_;
+  std::vector<int> parts_;
+  std::unique_ptr<Communicator> dp_comm_, pp_comm_;
+  // Per tied unit this stage holds (owner or copy): the stage index and the group of the stages
+  // holding it (null when only this stage does).
+  struct Tied {
+    int unit = 0;
+    std::unique_ptr<Communicator> comm;
+  };
+  std::vector<Tied> tied_;
+  std::vector<std::unique_ptr<StageModel>> models_;  // one per pipeline buffer
+  std::unique_ptr<Engine> engine_;
+  DeepSpeedConfig config_;
+  std::vector<Buffer> buffers_;
+  std::vector<CommHandle> step_handles_;  // sends (and GPU receives) of the current step
+  std::vector<Tensor> step_keep_;         // what those sends read that no buffer holds
+  bool sent_meta_ = false, got_meta_ = false;
+  Shape act_shape_{};  // the activation this stage receives (from the batch's first message)
+  DType act_dtype_ = DType::f32;
+  double loss_sum_ = 0;
+  int loss_count_ = 0;
+  int in_flight_ = 0, peak_activations_ = 0;
+};
+
+}  // namespace zt::pipe
