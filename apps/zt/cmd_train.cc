@@ -36,6 +36,7 @@
 #include "zt/checkpoint/model_open.h"
 #include "zt/tasks/lora.h"
 #include "zt/runtime/engine.h"
+#include "zt/pipe/pipe_engine.h"
 
 namespace zt::cli {
 namespace {
@@ -146,6 +147,16 @@ const std::vector<FlagSpec> kFlags = {
      "when writing --metrics-out fails: fail (default: stop with the error) or warn (warn once, "
      "stop writing metrics, train on)",
      "POLICY"},
+    {"--pipeline-parallel-size", FlagKind::kValue,
+     "pipeline parallelism: split the model's units into P stages (DeepSpeed's PipelineModule "
+     "num_stages), the ranks into P x (ranks / P) data-parallel pipelines; each batch's "
+     "gradient_accumulation_steps micro-batches run through the 1F1B schedule (ZeRO stage 0 or 1, "
+     "--task pretrain)",
+     "P"},
+    {"--partition-method", FlagKind::kValue,
+     "pipeline: how units are split into stages: parameters (default: balanced on parameter "
+     "counts), uniform, or type:REGEX (balanced on the units whose class matches)",
+     "METHOD"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
 
@@ -264,6 +275,29 @@ int cmd_train(const Args& raw_args) {
   if (!eval_interval) return fail(eval_interval.status());
   auto eval_steps = int_flag("--eval-steps", 0, 1);
   if (!eval_steps) return fail(eval_steps.status());
+  auto pipe_size = int_flag("--pipeline-parallel-size", 1, 1);
+  if (!pipe_size) return fail(pipe_size.status());
+  const int pipe = static_cast<int>(*pipe_size);
+  if (a.has("--partition-method") && pipe == 1) {
+    return fail(invalid_argument("--partition-method needs --pipeline-parallel-size P above 1"));
+  }
+  if (pipe > 1) {
+    // What the pipeline engine does not run yet: each refused by name.
+    for (const char* f : {"--lora-dim", "--save", "--load", "--save-16bit-model", "--dump-params",
+                          "--eval-data", "--save-on-signal"}) {
+      if (a.has(f)) {
+        return fail(invalid_argument(
+            "{} does not work with --pipeline-parallel-size yet (the pipeline engine trains "
+            "--task pretrain on token files; docs/parallelism.md lists what it supports)",
+            f));
+      }
+    }
+    if (a.get("--task").value_or("pretrain") != "pretrain") {
+      return fail(invalid_argument(
+          "--pipeline-parallel-size trains --task pretrain only for now, not --task {}",
+          *a.get("--task")));
+    }
+  }
 
   // Model.
   const std::string model_name = a.get("--model").value_or("gpt2-tiny");
@@ -351,6 +385,12 @@ int cmd_train(const Args& raw_args) {
   if (!env) return fail(env.status());
   const int rank = env->rank, world = env->world_size;
   if (world > 1) set_log_rank(rank);
+  // Pipelines: the ranks form a [pipe, data] grid (data fastest, as DeepSpeed's topology); the
+  // config's batch sizes and the data are per data-parallel pipeline.
+  auto topology = pipe::topology_for_world(world, {.pipeline = pipe});
+  if (!topology) return fail(topology.status());
+  const int data_world = topology->dim(pipe::kAxisData);
+  const int data_rank = topology->coord_of(rank, pipe::kAxisData);
 
   // Device: each rank uses the GPU of its local rank.
   Device device = cuda_device_count() > 0 ? Device::cuda(env->local_rank) : Device::cpu();
@@ -362,7 +402,7 @@ int cmd_train(const Args& raw_args) {
   }
   if (Status s = device_check(device); !s.is_ok()) return fail(s);
 
-  auto cfg = config_load(*config_path, world);
+  auto cfg = config_load(*config_path, data_world);
   if (!cfg) return fail(cfg.status());
   auto comm = communicator_create(*env, device);
   if (!comm) return fail(comm.status());
@@ -413,8 +453,8 @@ int cmd_train(const Args& raw_args) {
                          .skip_bad = a.has("--skip-bad"),
                          .seed = static_cast<uint64_t>(*seed),
                          .shuffle = a.get("--order").value_or("random") == "random",
-                         .rank = rank,
-                         .world_size = world,
+                         .rank = data_rank,
+                         .world_size = data_world,
                          .vocab_size = mc.vocab_size,
                          .eos_id = model_eos_id(choice->source_dir)};
     auto d = tasks::SftData::open(data_specs[0].path, data_tokenizer, so);
@@ -450,8 +490,8 @@ int cmd_train(const Args& raw_args) {
                             .skip_bad = a.has("--skip-bad"),
                             .seed = static_cast<uint64_t>(*seed),
                             .shuffle = a.get("--order").value_or("random") == "random",
-                            .rank = rank,
-                            .world_size = world,
+                            .rank = data_rank,
+                            .world_size = data_world,
                             .vocab_size = mc.vocab_size,
                             .eos_id = model_eos_id(choice->source_dir)};
     auto d = tasks::RewardData::open(data_specs[0].path, data_tokenizer, ro);
@@ -520,8 +560,8 @@ int cmd_train(const Args& raw_args) {
                              .skip_bad = a.has("--skip-bad"),
                              .shuffle = a.get("--order").value_or("random") == "random",
                              .seed = static_cast<uint64_t>(*seed),
-                             .rank = rank,
-                             .world_size = world};
+                             .rank = data_rank,
+                             .world_size = data_world};
     if (data_specs.size() == 1 && tasks::is_jsonl_path(data_specs[0].path)) {
       auto d = tasks::MlmTextData::open(data_specs[0].path, t ? *t : nullptr, to, *mlm);
       if (!d) return fail(d.status());
@@ -574,8 +614,8 @@ int cmd_train(const Args& raw_args) {
                                             .seq_len = *seq,
                                             .order = order,
                                             .seed = static_cast<uint64_t>(*seed),
-                                            .rank = rank,
-                                            .world_size = world,
+                                            .rank = data_rank,
+                                            .world_size = data_world,
                                             .vocab_size = mc.vocab_size};
   // One file trains exactly as before (BatchSampler); several go through BlendSampler.
   std::optional<BatchSampler> single_sampler;
@@ -604,7 +644,7 @@ int cmd_train(const Args& raw_args) {
     if (reward) return reward->batch_at(sft_position++);
     if (mlm_text) return mlm_text->batch_at(sft_position++);
     Result<Batch> b = single_sampler ? single_sampler->next() : blend_sampler->next();
-    if (b && mlm) tasks::mlm_batch(*b, rank, world, *mlm);
+    if (b && mlm) tasks::mlm_batch(*b, data_rank, data_world, *mlm);
     return b;
   };
   const auto seek_batch = [&](int64_t g) {
@@ -617,13 +657,33 @@ int cmd_train(const Args& raw_args) {
     }
   };
 
-  auto engine_r = initialize(model, *cfg,
-                             {.device = device,
-                              .seed = static_cast<uint64_t>(*seed),
-                              .comm = comm->get(),
-                              .activation_checkpointing = a.has("--gradient-checkpointing")});
-  if (!engine_r) return fail(engine_r.status());
-  Engine& engine = **engine_r;
+  const EngineOptions engine_options{.device = device,
+                                     .seed = static_cast<uint64_t>(*seed),
+                                     .comm = comm->get(),
+                                     .activation_checkpointing =
+                                         a.has("--gradient-checkpointing")};
+  std::unique_ptr<Engine> single_engine;
+  std::unique_ptr<pipe::PipelineEngine> pipeline;
+  if (pipe > 1) {
+    // Each pipeline buffer's copy of the stage's units comes from a whole model of its own.
+    const pipe::ModelFactory factory = [&]() -> Result<std::unique_ptr<nn::Model>> {
+      ZT_ASSIGN_OR_RETURN(ckpt::ModelChoice c, ckpt::model_open(model_name, overrides));
+      return std::unique_ptr<nn::Model>(std::move(c.model));
+    };
+    auto p = pipe::PipelineEngine::create(
+        factory, *cfg,
+        {.stages = pipe,
+         .partition_method = a.get("--partition-method").value_or(
+             std::string(pipe::kDefaultPartitionMethod)),
+         .engine = engine_options});
+    if (!p) return fail(p.status());
+    pipeline = std::move(p).value();
+  } else {
+    auto engine_r = initialize(model, *cfg, engine_options);
+    if (!engine_r) return fail(engine_r.status());
+    single_engine = std::move(engine_r).value();
+  }
+  Engine& engine = pipeline ? pipeline->engine() : *single_engine;
 
   // Checkpoint flags.
   const std::optional<std::string> save_dir = a.get("--save");
@@ -677,7 +737,7 @@ int cmd_train(const Args& raw_args) {
   // The sampler continues at the global batch after the last one trained. Global batch g is
   // W * B windows; at another world size or micro batch the same samples count gives the
   // nearest batch boundary (the config decides the new batch).
-  const int64_t rows_per_batch = cfg->train_micro_batch_size_per_gpu * world;
+  const int64_t rows_per_batch = cfg->train_micro_batch_size_per_gpu * data_world;
   const int64_t start_step = engine.global_steps();
   if (engine.global_samples() % rows_per_batch != 0 && rank == 0) {
     ZT_LOG_WARN("resuming {} samples into the data at a batch of {} rows per micro-step: the "
@@ -693,7 +753,9 @@ int cmd_train(const Args& raw_args) {
   MetricsWriter metrics(*write_policy);
   if (auto m = a.get("--metrics-out"); m && rank == 0) {
     if (Status s = metrics.open(*m); !s.is_ok()) return fail(s);
-    if (Status s = metrics.write(run_record(engine, model, *seq, data_path)); !s.is_ok()) {
+    nlohmann::json rr = run_record(engine, model, *seq, data_path);
+    rr["pipeline_parallel_size"] = pipe;  // (world_size: the data-parallel ranks)
+    if (Status s = metrics.write(rr); !s.is_ok()) {
       return fail(s);
     }
   }
@@ -701,12 +763,15 @@ int cmd_train(const Args& raw_args) {
 
   if (rank == 0) {
     ZT_LOG_INFO(
-        "training {} ({:.2f}M parameters) on {} rank(s) for {} steps{}: batch {} = micro {} "
+        "training {} ({:.2f}M parameters) on {} rank(s){} for {} steps{}: batch {} = micro {} "
         "x accum {} x ranks {}, seq {}, {}, ZeRO stage {}",
-        model_name, model.num_params() / 1e6, world, *steps,
-        start_step > 0 ? fmt::format(" (from step {})", start_step) : std::string(),
+        model_name, model.num_params() / 1e6, world,
+        pipeline ? fmt::format(" as {} (pipeline stages x data-parallel ranks)",
+                               pipeline->topology().describe())
+                 : std::string(),
+        *steps, start_step > 0 ? fmt::format(" (from step {})", start_step) : std::string(),
         cfg->train_batch_size, cfg->train_micro_batch_size_per_gpu,
-        cfg->gradient_accumulation_steps, world, *seq, dtype_name(cfg->compute_dtype()),
+        cfg->gradient_accumulation_steps, data_world, *seq, dtype_name(cfg->compute_dtype()),
         cfg->zero.stage);
   }
   const nlohmann::json client_state = {{"data", data_state}};
@@ -755,7 +820,18 @@ int cmd_train(const Args& raw_args) {
   double first_loss = -1, last_loss = 0;
   for (int64_t step = start_step; step < *steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
-    for (int64_t m = 0; m < cfg->gradient_accumulation_steps; ++m) {
+    if (pipeline) {
+      // The first and the last stage draw the batch's micro-batches, in order.
+      auto loss = pipeline->train_batch([&]() -> Result<pipe::MicroBatch> {
+        ZT_ASSIGN_OR_RETURN(Batch b, next_batch());
+        return pipe::MicroBatch{.tokens = b.tokens, .targets = b.targets};
+      });
+      if (!loss) {
+        bar.finish();
+        return fail(loss.status());
+      }
+    }
+    for (int64_t m = 0; !pipeline && m < cfg->gradient_accumulation_steps; ++m) {
       auto batch = next_batch();
       if (!batch) return fail(batch.status());
       auto loss = engine.forward(batch->tokens, batch->targets,
@@ -929,7 +1005,8 @@ int cmd_train(const Args& raw_args) {
                 std::log(static_cast<double>(mc.vocab_size)));
   }
 
-  if (*sample_tokens > 0 && !mlm && !reward) {  // a reward model does not generate
+  // (a reward model does not generate; a pipeline's stages hold parts of the model)
+  if (*sample_tokens > 0 && !mlm && !reward && !pipeline) {
     // The tokenizer of the data: named, the model directory's, or bytes for the built-in corpus.
     std::shared_ptr<const Tokenizer> tok = data_tokenizer;
     if (!tok && (a.has("--tokenizer") || !choice->source_dir.empty() || default_corpus)) {

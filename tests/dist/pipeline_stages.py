@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Pipeline parallelism through the real launcher (zt launch, CPU ranks, Gloo): `zt train
+--pipeline-parallel-size P` on 2 and 4 ranks, each layout against the single-process run of the
+same global batch (16 rows of 32 tokens, 4 micro-batches a step, sequential order).
+
+Layouts: gpt2-tiny (tied head: the last stage holds a copy of the embedding, whose gradient the
+two stages sum) at PP=2, PP=4, PP=2 x DP=2 at ZeRO stages 0 and 1, PP=2 with one micro-batch a
+step (fewer than the stages: a warning names the bubble), PP=2 with activation checkpointing,
+PP=4 with the uniform partition; llama-tiny (RMSNorm, SwiGLU, rotary, grouped-query attention)
+at PP=2 and PP=2 x DP=2; and bf16 + AdamW with a warm-up schedule at PP=2 x DP=2, ZeRO 1.
+
+Oracle: the single-process run (tests/dist/zero_equivalence.py's argument): SGD with momentum
+and weight decay is linear in the gradients, and a pipeline computes every micro-batch's
+forward and backward with the same kernels on the same rows; what differs is the order of a few
+sums (the tied embedding's two partial gradients, the gradient norm's per-stage parts, the
+data-parallel average), so in fp32 every step's loss and gradient norm must agree within 1e-5
+relative (observed: ~3e-8). bf16 rounds every activation and Adam divides by sqrt(v), so there
+the bound is 2e-3 (observed ~6e-7: the same GEMM shapes run in both). Every run must also train
+(the loss falls), or equal runs would prove nothing, and its record must say the layout asked for.
+
+Refusals, each naming its numbers: ZeRO stage 2 with a pipeline, P that does not divide the
+ranks, --save with a pipeline.
+
+Usage: pipeline_stages.py ZT_BINARY SOURCE_DIR [--quick]
+"""
+import array
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+from _ports import next_port
+
+ZT, SRC = sys.argv[1], sys.argv[2]
+QUICK = "--quick" in sys.argv
+STEPS = 4 if QUICK else 6
+SEQ, BATCH, VOCAB = 32, 16, 250
+TMP = tempfile.mkdtemp(prefix="zt_pipe_")
+ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOUT_S="120",
+           OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+failures, passed = [], 0
+
+
+def write_tokens(path, tokens):
+    """llm.c's format (src/zt/data/token_file.h): 256 int32 header, then uint16 tokens."""
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(array.array("H", tokens).tobytes())
+
+
+def make_data():
+    rng = random.Random(7)
+    tokens, t = [], 0
+    for _ in range(STEPS * BATCH * SEQ + 1):
+        t = (t * 31 + 7 + rng.choice([0, 0, 0, 1, 5])) % VOCAB
+        tokens.append(t)
+    data = os.path.join(TMP, "train.bin")
+    write_tokens(data, tokens)
+    return data
+
+
+DATA = make_data()
+
+
+def config(name, stage, gas, bf16=False):
+    cfg = {"train_batch_size": BATCH, "gradient_accumulation_steps": gas, "gradient_clipping": 0.5,
+           "zero_allow_untested_optimizer": True,
+           "optimizer": {"type": "SGD",
+                         "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}},
+           "zero_optimization": {"stage": stage}}
+    if bf16:
+        cfg["optimizer"] = {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}}
+        cfg["scheduler"] = {"type": "WarmupLR", "params": {"warmup_num_steps": 3}}
+        cfg["bf16"] = {"enabled": True}
+    path = os.path.join(TMP, name + ".json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def run(name, world, cfg, model, extra=(), expect_fail=False):
+    metrics = os.path.join(TMP, name + ".jsonl")
+    train = [ZT, "train", "--config", cfg, "--model", model, "--data", DATA, "--device", "cpu",
+             "--steps", str(STEPS), "--seq-len", str(SEQ), "--sample-tokens", "0", "--order",
+             "sequential", "--metrics-out", metrics] + list(extra)
+    cmd = train
+    if world > 1:
+        cmd = [ZT, "launch", "--num_procs", str(world), "--master_port", str(next_port())] + train
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    if expect_fail:
+        return p
+    if p.returncode != 0:
+        raise RuntimeError(f"{name} exited {p.returncode}:\n{p.stderr[-2000:]}")
+    recs = [json.loads(line) for line in open(metrics)]
+    return recs[0], recs[1:], p.stderr
+
+
+def check(name, ok, detail):
+    global passed
+    if ok:
+        passed += 1
+        print(f"ok   {name}: {detail}")
+    else:
+        failures.append(name)
+        print(f"FAIL {name}: {detail}")
+
+
+def compare(name, ref, got, tol):
+    worst_loss = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(ref, got))
+    worst_norm = max(abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
+                     for a, b in zip(ref, got))
+    trains = got[-1]["loss"] < got[0]["loss"] - 1e-3
+    check(name, len(got) == len(ref) == STEPS and worst_loss <= tol and worst_norm <= tol and trains,
+          f"worst loss rel diff {worst_loss:.2e}, grad-norm rel diff {worst_norm:.2e} (tol {tol:g}); "
+          f"loss {got[0]['loss']:.4f} -> {got[-1]['loss']:.4f}")
+
+
+# (name, model, world, pipeline size, ZeRO stage, micro-batches a step, extra flags, bf16)
+LAYOUTS = [
+    ("gpt2_pp2", "gpt2-tiny", 2, 2, 0, 4, [], False),
+    ("gpt2_pp4", "gpt2-tiny", 4, 4, 0, 4, [], False),
+    ("gpt2_pp2_dp2_s1", "gpt2-tiny", 4, 2, 1, 4, [], False),
+    ("gpt2_pp2_one_micro_batch", "gpt2-tiny", 2, 2, 0, 1, [], False),
+    ("llama_pp2", "llama-tiny", 2, 2, 0, 4, [], False),
+    ("llama_pp2_dp2_s0", "llama-tiny", 4, 2, 0, 4, [], False),
+    ("gpt2_pp2_dp2_s1_bf16_adamw", "gpt2-tiny", 4, 2, 1, 4, [], True),
+]
+if not QUICK:
+    LAYOUTS += [
+        ("gpt2_pp2_dp2_s0", "gpt2-tiny", 4, 2, 0, 4, [], False),
+        ("gpt2_pp2_checkpointing", "gpt2-tiny", 2, 2, 0, 4, ["--gradient-checkpointing"], False),
+        ("gpt2_pp4_uniform", "gpt2-tiny", 4, 4, 1, 4, ["--partition-method", "uniform"], False),
+        ("llama_pp4", "llama-tiny", 4, 4, 1, 4, [], False),
+    ]
+
+try:
+    refs = {}
+    for name, model, world, pp, stage, gas, extra, bf16 in LAYOUTS:
+        dp = world // pp
+        key = (model, gas * dp, bf16)  # the single process runs the global batch's micro-batches
+        if key not in refs:
+            cfg = config(f"ref_{model}_{gas * dp}_{bf16}", 0, gas * dp, bf16)
+            refs[key] = run(f"ref_{model}_{gas * dp}_{bf16}", 1, cfg, model)[1]
+        cfg = config(name, stage, gas, bf16)
+        rec, steps, log = run(name, world, cfg, model, ["--pipeline-parallel-size", str(pp)] + extra)
+        if (rec.get("pipeline_parallel_size"), rec.get("world_size"), rec.get("zero_stage")) != (
+                pp, dp, stage):
+            check(name, False, f"ran as pipeline {rec.get('pipeline_parallel_size')} x data "
+                               f"{rec.get('world_size')}, stage {rec.get('zero_stage')}")
+            continue
+        # Every rank of data index 0 says its stage and units; the last holds the tied copy.
+        stage_lines = [line for line in log.splitlines() if "pipeline: " in line and "ranks as" in line]
+        last = [line for line in stage_lines if f"stage {pp - 1} of {pp}" in line]
+        check(name + " stage log", len(stage_lines) == pp and len(last) == 1 and
+              "holds a copy of embedding" in last[0], f"{len(stage_lines)} stage lines")
+        if gas < pp:
+            check(name + " bubble warning", "the bubble" in log, "warning printed")
+        compare(name, refs[key], steps, 2e-3 if bf16 else 1e-5)
+
+    p = run("refuse_stage2", 2, config("refuse_stage2", 2, 4), "gpt2-tiny",
+            ["--pipeline-parallel-size", "2"], expect_fail=True)
+    check("refuses ZeRO-2", p.returncode != 0 and "incompatible with pipeline parallelism" in
+          p.stderr and "stage is 2" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_divide", 3, config("refuse_divide", 0, 4), "gpt2-tiny",
+            ["--pipeline-parallel-size", "2"], expect_fail=True)
+    check("refuses P not dividing the ranks", p.returncode != 0 and
+          "does not divide the 3 ranks" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_save", 2, config("refuse_save", 0, 4), "gpt2-tiny",
+            ["--pipeline-parallel-size", "2", "--save", os.path.join(TMP, "ck")], expect_fail=True)
+    check("refuses --save with a pipeline", p.returncode != 0 and "--save does not work with "
+          "--pipeline-parallel-size" in p.stderr, p.stderr.strip().splitlines()[-1:])
+finally:
+    shutil.rmtree(TMP, ignore_errors=True)
+
+print(f"{passed} passed, {len(failures)} failed")
+if failures:
+    print("failed:", ", ".join(failures))
+sys.exit(1 if failures else 0)
