@@ -76,6 +76,12 @@
 #       With offload the host bounds it (12 bytes a parameter pinned: 20B needs 227 GiB); with
 #       LoRA the GPU (1 byte a parameter a GPU for the bf16 base) and, in a 10-minute call, the
 #       start-up (each rank draws its half of the initial values, ~200M a second: 5 min at 119B).
+#   (l) pipeline parallelism (docs/parallelism.md): `zt train --pipeline-parallel-size 2` on the
+#       two GPUs against the 1-GPU run (gpt2-tiny, fp32 SGD, 4 micro-batches a step, losses and
+#       gradient norms within 1e-4 relative; the groups and sends over NCCL), then zt_bench_pipe
+#       (ZT_DIST_PIPE_MODELS, default "gpt2:8 gpt-1.3b:2" as model:micro-batch; seq
+#       ZT_DIST_PIPE_SEQ, micro-batch counts ZT_DIST_PIPE_COUNTS, default 1,2,4,8,16): each
+#       stage's idle share of a batch next to the bubble's theory, (P-1)/(m+P-1).
 # Each part runs whatever happened to the others; results (JSON lines, logs) go to
 # ${OUT:-gpu_out}, and a short table comes last. NVLink SHARP stays off (NCCL_NVLS_ENABLE=0: the
 # lent machines do not support NVLS multicast). Exits non-zero when a part failed.
@@ -205,6 +211,7 @@ fi
 start_s=$SECONDS
 a_rc=skipped b_rc=skipped c_rc=skipped d_rc=skipped
 e_rc=skipped f_rc=skipped g_rc=skipped h_rc=skipped i_rc=skipped j_rc=skipped k_rc=skipped
+l_rc=skipped
 
 if [[ $parts == *a* ]]; then
   echo "== (a) NCCL communicator tests"
@@ -808,6 +815,59 @@ PY
 fi
 
 echo
+if [[ $parts == *l* ]]; then
+  echo "== (l) pipeline parallelism on 2 GPUs: --pipeline-parallel-size 2 against 1 GPU (gpt2-tiny," \
+    "fp32 SGD, 4 micro-batches a step, 10 steps), then the bubble against (P-1)/(m+P-1)"
+  pl=$out/pipeline
+  mkdir -p "$pl"
+  l_rc=0
+  cat >"$pl/pp.json" <<EOF
+{"train_batch_size": 16, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
+ "zero_allow_untested_optimizer": true,
+ "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}}}
+EOF
+  train=(train --config "$pl/pp.json" --model gpt2-tiny --steps 10 --seq-len 64 --sample-tokens 0
+         --order sequential "${ck_dev[@]}")
+  one_gpu 180 "$bin"/zt "${train[@]}" --metrics-out "$pl/w1.jsonl" >"$pl/w1.log" 2>&1 ||
+    { l_rc=1; echo "1-GPU run failed:"; tail -3 "$pl/w1.log"; }
+  zt_launch 180 "$bin"/zt "${train[@]}" --pipeline-parallel-size 2 --metrics-out "$pl/pp2.jsonl" \
+    >"$pl/pp2.log" 2>&1 || { l_rc=1; echo "pipeline run failed:"; tail -3 "$pl/pp2.log"; }
+  python3 - "$pl" <<'PY' || l_rc=1
+# The same check as tests/dist/pipeline_stages.py, at part (b)'s GPU tolerance (1e-4).
+import json, sys
+pl = sys.argv[1]
+def steps(path):
+    return [r for r in map(json.loads, open(path)) if r.get("type") != "run"]
+a, b = steps(f"{pl}/w1.jsonl"), steps(f"{pl}/pp2.jsonl")
+worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+norm = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"]) for x, y in zip(a, b))
+ok = len(a) == len(b) == 10 and worst <= 1e-4 and norm <= 1e-4 and b[-1]["loss"] < b[0]["loss"]
+print(f"pipeline 2 GPUs vs 1 GPU: {'ok' if ok else 'FAIL'}: worst loss rel diff {worst:.2e}, "
+      f"grad-norm {norm:.2e} (tol 1e-4), loss {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}")
+sys.exit(0 if ok else 1)
+PY
+  for spec in ${ZT_DIST_PIPE_MODELS:-gpt2:8 gpt-1.3b:2}; do
+    zt_launch 240 "$bin"/zt_bench_pipe --model "${spec%%:*}" --micro-batch "${spec##*:}" \
+      --seq "${ZT_DIST_PIPE_SEQ:-1024}" --micro-batches "${ZT_DIST_PIPE_COUNTS:-1,2,4,8,16}" \
+      --steps 5 --warmup 2 "${ck_dev[@]}" 2>"$pl/bubble_${spec%%:*}.log" |
+      grep '^{' >>"$pl/bubble.jsonl" ||
+      { l_rc=1; echo "bubble ${spec%%:*} failed:"; tail -3 "$pl/bubble_${spec%%:*}.log"; }
+  done
+  python3 - "$pl/bubble.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+if rows:
+    print(f"\n(l) pipeline bubble, {rows[0]['stages']} stages ({rows[0]['device']} ...), "
+          f"{rows[0]['dtype']}, seq {rows[0]['seq']}: each stage's idle share of a batch "
+          "(1 - its forward and backward time / the batch's) next to theory")
+    print(f"{'model':<10}{'m':>4}{'batch ms':>10}{'tok/s':>10}{'idle s0':>9}{'idle s1':>9}{'theory':>8}")
+    for r in rows:
+        idle = r["idle_share"]
+        print(f"{r['model']:<10}{r['micro_batches']:>4}{r['batch_ms_median']:>10.1f}"
+              f"{r['tokens_per_s']:>10.0f}{idle[0]:>9.3f}{idle[-1]:>9.3f}{r['bubble_theory']:>8.3f}")
+PY
+fi
+
 secs=$((SECONDS - start_s))
 python3 - "$out" "$secs" "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" \
   "$i_rc" "$j_rc" "$k_rc" \
@@ -1017,7 +1077,8 @@ if big:
     print("  (est: zt estimate's GPU peak with checkpointing and host memory per node, GiB)")
 PY
 # Non-zero when any part that ran failed (the table above says which).
-for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" "$i_rc" "$j_rc" "$k_rc"; do
+for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" "$i_rc" "$j_rc" "$k_rc" \
+  "$l_rc"; do
   [[ $rc == 0 || $rc == skipped ]] || exit 1
 done
 exit 0

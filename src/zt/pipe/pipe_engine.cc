@@ -1,6 +1,7 @@
 #include "zt/pipe/pipe_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -150,6 +151,7 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   eo.norm_excluded_units = pe->models_.front()->copy_indices();
   ZT_ASSIGN_OR_RETURN(pe->engine_, initialize(*pe->models_.front(), config, eo));
   pe->buffers_.resize(static_cast<size_t>(buffers));
+  pe->time_passes_ = options.time_passes;
   pe->bind_copies();
   if (config.gradient_accumulation_steps < S && world.rank() == 0) {
     ZT_LOG_WARN(
@@ -206,6 +208,8 @@ Result<double> PipelineEngine::train_batch(const std::function<Result<MicroBatch
   loss_sum_ = 0;
   loss_count_ = 0;
   in_flight_ = peak_activations_ = 0;
+  busy_ms_ = 0;
+  const auto batch_start = std::chrono::steady_clock::now();
   Status failed;
   for (const Step& step : schedule.steps) {
     for (const Instruction& in : step) {
@@ -223,12 +227,30 @@ Result<double> PipelineEngine::train_batch(const std::function<Result<MicroBatch
   }
   for (Buffer& b : buffers_) b = Buffer{};
   ZT_RETURN_IF_ERROR(failed);
+  if (time_passes_) engine_->stream().synchronize();
+  batch_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                        batch_start)
+                  .count();
   const auto& last = engine_->last_step();
   return last ? last->loss : 0.0;
 }
 
 Status PipelineEngine::run_instruction(const Instruction& in,
                                        const std::function<Result<MicroBatch>()>& next) {
+  const bool pass = in.op == Op::kForwardPass || in.op == Op::kBackwardPass;
+  if (!time_passes_ || !pass) return execute(in, next);
+  // Only the pass itself: what it waits for (a receive on the stream) is not its work.
+  engine_->stream().synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = execute(in, next);
+  engine_->stream().synchronize();
+  busy_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+Status PipelineEngine::execute(const Instruction& in,
+                               const std::function<Result<MicroBatch>()>& next) {
   const bool first = grid_.is_first_stage(), last = grid_.is_last_stage();
   const Device dev = engine_->device();
   const Stream& stream = engine_->stream();

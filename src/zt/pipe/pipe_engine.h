@@ -56,6 +56,10 @@ struct PipelineOptions {
   // device, seed, activation checkpointing; comm is the whole job's communicator (every rank),
   // or null for one process. The engine sets the data-parallel and model-parallel groups.
   EngineOptions engine{};
+  // Measurement (bench/pipe_bench.cc): the device is synchronised around every forward and
+  // backward pass so that busy_ms() counts the stage's compute alone (it slows the pipeline a
+  // little; off in training).
+  bool time_passes = false;
 };
 
 // One micro-batch of a language model: tokens and targets (micro_batch, T) i32 on the host
@@ -94,6 +98,11 @@ class PipelineEngine {
   // The most micro-batches whose activations this stage held at once during the last batch
   // (forward done, backward not yet): at most min(stages - stage_id, micro-batches).
   int peak_activations() const { return peak_activations_; }
+  // With PipelineOptions::time_passes: the last batch's wall time on this rank and the part of
+  // it its forward and backward passes took; 1 - busy / batch is the stage's idle share (the
+  // bubble, and waiting for its neighbours).
+  double batch_ms() const { return batch_ms_; }
+  double busy_ms() const { return busy_ms_; }
   // "pipe=2 x data=2", with this rank's stage, units and data-parallel index.
   std::string describe() const;
 
@@ -101,6 +110,7 @@ class PipelineEngine {
   PipelineEngine() = default;
   struct Buffer;
   Status run_instruction(const Instruction& in, const std::function<Result<MicroBatch>()>& next);
+  Status execute(const Instruction& in, const std::function<Result<MicroBatch>()>& next);
   void bind_copies();
 
   std::unique_ptr<Communicator> own_world_;
@@ -128,6 +138,8 @@ class PipelineEngine {
   double loss_sum_ = 0;
   int loss_count_ = 0;
   int in_flight_ = 0, peak_activations_ = 0;
+  bool time_passes_ = false;
+  double batch_ms_ = 0, busy_ms_ = 0;
 };
 
 }  // namespace zt::pipe

@@ -189,6 +189,44 @@ TEST(NcclCommunicator, CoalescedOnASideStreamWithInputsDroppedEarly) {
   });
 }
 
+// new_group through ncclCommSplit: the pair numbered against rank order (rank 1 is the group's
+// rank 0), then a group of rank 0 alone; sums, send/recv and the parent after them.
+TEST(NcclCommunicator, NewGroupsSplitTheCommunicator) {
+  ZT_SKIP_WITHOUT_TWO_GPUS();
+  const int port = free_tcp_port();
+  run_ranks([&](int rank) {
+    auto comm = create(rank_env(rank, port, 60s));
+    ASSERT_NE(comm, nullptr);
+    const Device dev = Device::cuda(rank);
+    auto pair = comm->new_group(std::vector<int>{1, 0});
+    ASSERT_TRUE(pair.is_ok()) << pair.status().message();
+    ASSERT_NE(*pair, nullptr);
+    EXPECT_EQ((*pair)->rank(), 1 - rank);
+    EXPECT_EQ((*pair)->world_size(), 2);
+    Tensor t = Tensor::from_doubles({static_cast<double>(rank + 1)}, {1}, DType::f32, dev);
+    ASSERT_TRUE((*pair)->all_reduce(t, ReduceOp::kSum).wait().is_ok());
+    EXPECT_EQ(t.to_doubles()[0], 3.0);
+    Tensor m = Tensor::from_doubles({static_cast<double>(rank * 10 + 5)}, {1}, DType::f32, dev);
+    if (rank == 1) {
+      ASSERT_TRUE((*pair)->send(m, 1).wait().is_ok());  // to rank 0 (the group's rank 1)
+    } else {
+      ASSERT_TRUE((*pair)->recv(m, 0).wait().is_ok());
+      EXPECT_EQ(m.to_doubles()[0], 15.0);
+    }
+    auto alone = comm->new_group(std::vector<int>{0});
+    ASSERT_TRUE(alone.is_ok()) << alone.status().message();
+    EXPECT_EQ(*alone != nullptr, rank == 0);
+    if (rank == 0) {
+      Tensor one = Tensor::from_doubles({4.0}, {1}, DType::f32, dev);
+      ASSERT_TRUE((*alone)->all_reduce(one, ReduceOp::kSum).wait().is_ok());
+      EXPECT_EQ(one.to_doubles()[0], 4.0);
+    }
+    Tensor w = Tensor::from_doubles({1.0}, {1}, DType::f32, dev);
+    ASSERT_TRUE(comm->all_reduce(w, ReduceOp::kSum).wait().is_ok());
+    EXPECT_EQ(w.to_doubles()[0], 2.0);
+  });
+}
+
 TEST(NcclCommunicator, RankThatSkipsACollectiveTimesOutTheOtherWithoutHanging) {
   ZT_SKIP_WITHOUT_TWO_GPUS();
   const int port = free_tcp_port();
