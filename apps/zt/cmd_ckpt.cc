@@ -118,12 +118,15 @@ int inspect(const ParsedArgs& a) {
   auto meta = ckpt::metadata_read(path);
   if (!meta) return fail(meta.status());
   const nlohmann::json& m = *meta;
-  std::printf("%s:\n  step %lld, samples %lld, skipped %lld\n  saved on %d rank(s) at ZeRO stage "
-              "%d in %s; optimizer %s\n  model %s, %zu units\n",
+  const int stages = m.value("mp_world_size", 1);
+  const std::string pipeline =
+      stages > 1 ? fmt::format(" x {} pipeline stages", stages) : std::string();
+  std::printf("%s:\n  step %lld, samples %lld, skipped %lld\n  saved on %d rank(s)%s at ZeRO "
+              "stage %d in %s; optimizer %s\n  model %s, %zu units\n",
               path.c_str(), static_cast<long long>(m.value("global_steps", int64_t{0})),
               static_cast<long long>(m.value("global_samples", int64_t{0})),
               static_cast<long long>(m.value("skipped_steps", int64_t{0})),
-              m.value("dp_world_size", 0), m.value("zero_stage", 0),
+              m.value("dp_world_size", 0), pipeline.c_str(), m.value("zero_stage", 0),
               m.value("dtype", std::string("?")).c_str(),
               m.contains("optimizer") ? m["optimizer"].value("type", "?").c_str() : "?",
               m.contains("model") ? m["model"].value("name", "?").c_str() : "?",

@@ -283,12 +283,13 @@ int cmd_train(const Args& raw_args) {
   }
   if (pipe > 1) {
     // What the pipeline engine does not run yet: each refused by name.
-    for (const char* f : {"--lora-dim", "--save", "--load", "--save-16bit-model", "--dump-params",
-                          "--eval-data", "--save-on-signal"}) {
+    for (const char* f : {"--lora-dim", "--save-async", "--save-16bit-model", "--dump-params",
+                          "--eval-data"}) {
       if (a.has(f)) {
         return fail(invalid_argument(
-            "{} does not work with --pipeline-parallel-size yet (the pipeline engine trains "
-            "--task pretrain on token files; docs/parallelism.md lists what it supports)",
+            "{} does not work with --pipeline-parallel-size yet (docs/parallelism.md lists what "
+            "pipelines support; a checkpoint saved with --save exports with zt ckpt export-hf "
+            "and to-fp32)",
             f));
       }
     }

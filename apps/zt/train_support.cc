@@ -126,7 +126,7 @@ void signal_save_install() {
 
 Result<bool> signal_save_requested(Engine& engine) {
   std::vector<double> flag{g_save_signal.load() != 0 ? 1.0 : 0.0};
-  ZT_RETURN_IF_ERROR(engine.zero_state().all_reduce_doubles(flag, ReduceOp::kMax));
+  ZT_RETURN_IF_ERROR(engine.all_reduce_job(flag, ReduceOp::kMax));  // (every pipeline stage too)
   return flag[0] != 0.0;
 }
 

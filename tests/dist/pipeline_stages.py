@@ -18,8 +18,16 @@ relative (observed: ~3e-8). bf16 rounds every activation and Adam divides by sqr
 the bound is 2e-3 (observed ~6e-7: the same GEMM shapes run in both). Every run must also train
 (the loss falls), or equal runs would prove nothing, and its record must say the layout asked for.
 
+Checkpoints: a pipeline's checkpoint holds the whole model (a file per data-parallel rank and
+stage, each unit under the whole model's number with the stage that saved it), so a PP=2 save at
+the halfway step resumes on PP=2 and on one process, and a one-process save resumes on PP=2 x
+DP=2 at ZeRO 1; each resume's remaining steps must equal the uninterrupted run's within 1e-5
+relative (fp32 SGD: the state is restored exactly), while a resume without the optimizer state
+(the control) must miss that by far. `zt ckpt to-fp32` of the pipeline checkpoint must equal
+that of the one-process checkpoint of the same step (within 1e-5 of the largest weight).
+
 Refusals, each naming its numbers: ZeRO stage 2 with a pipeline, P that does not divide the
-ranks, --save with a pipeline.
+ranks, --save-async with a pipeline.
 
 Usage: pipeline_stages.py ZT_BINARY SOURCE_DIR [--quick]
 """
@@ -84,10 +92,10 @@ def config(name, stage, gas, bf16=False):
     return path
 
 
-def run(name, world, cfg, model, extra=(), expect_fail=False):
+def run(name, world, cfg, model, extra=(), expect_fail=False, steps=STEPS):
     metrics = os.path.join(TMP, name + ".jsonl")
     train = [ZT, "train", "--config", cfg, "--model", model, "--data", DATA, "--device", "cpu",
-             "--steps", str(STEPS), "--seq-len", str(SEQ), "--sample-tokens", "0", "--order",
+             "--steps", str(steps), "--seq-len", str(SEQ), "--sample-tokens", "0", "--order",
              "sequential", "--metrics-out", metrics] + list(extra)
     cmd = train
     if world > 1:
@@ -109,6 +117,28 @@ def check(name, ok, detail):
     else:
         failures.append(name)
         print(f"FAIL {name}: {detail}")
+
+
+def load_f32(path):
+    """Every tensor of a safetensors file as a list of floats (f32 files only)."""
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header, data = json.loads(blob[8:8 + n]), blob[8 + n:]
+    out = {}
+    for key, v in header.items():
+        if key != "__metadata__":
+            a = array.array("f")
+            a.frombytes(data[v["data_offsets"][0]:v["data_offsets"][1]])
+            out[key] = a
+    return out
+
+
+def to_fp32(ckpt, out):
+    p = subprocess.run([ZT, "ckpt", "to-fp32", ckpt, out], env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        raise RuntimeError(f"to-fp32 {ckpt} exited {p.returncode}:\n{p.stderr[-2000:]}")
+    return load_f32(os.path.join(out, "model.safetensors"))
 
 
 def compare(name, ref, got, tol):
@@ -163,6 +193,47 @@ try:
             check(name + " bubble warning", "the bubble" in log, "warning printed")
         compare(name, refs[key], steps, 2e-3 if bf16 else 1e-5)
 
+    # Checkpoints: a pipeline's checkpoint is the whole model's (one file per data-parallel rank
+    # and stage), so it resumes on the pipeline, on one process, and a one-process checkpoint
+    # on a pipeline of another shape; each resume's steps 4.. must equal the uninterrupted run's.
+    half = STEPS // 2
+    full = refs[("gpt2-tiny", 4, False)]
+    g4 = config("ck_g4", 0, 4)
+    ck_pp, ck_one = os.path.join(TMP, "ck_pp"), os.path.join(TMP, "ck_one")
+    run("save_pp2", 2, g4, "gpt2-tiny", ["--pipeline-parallel-size", "2", "--save", ck_pp],
+        steps=half)
+    run("save_one", 1, g4, "gpt2-tiny", ["--save", ck_one], steps=half)
+    tag = f"global_step{half}"
+    meta = json.load(open(os.path.join(ck_pp, tag, "mp_rank_00_model_states.json")))
+    stages = [u.get("stage") for u in meta["model"]["units"]]
+    check("pipeline checkpoint layout", meta["mp_world_size"] == 2 and stages[0] == 0 and
+          stages[-1] == 1 and sorted(meta["files"]) == [
+              "zero_pp_rank_0_mp_rank_00_optim_states.safetensors",
+              "zero_pp_rank_0_mp_rank_01_optim_states.safetensors"],
+          f"mp_world_size {meta['mp_world_size']}, unit stages {stages}, files {sorted(meta['files'])}")
+    resumes = [("resume pp2 -> pp2", 2, g4, ["--pipeline-parallel-size", "2", "--load", ck_pp]),
+               ("resume pp2 -> one process", 1, g4, ["--load", ck_pp]),
+               ("resume one process -> pp2 x dp2 zero1", 4, config("ck_g2s1", 1, 2),
+                ["--pipeline-parallel-size", "2", "--load", ck_one]),
+               ("resume pp2 without optimizer state (control)", 2, g4,
+                ["--pipeline-parallel-size", "2", "--load", ck_pp, "--no-load-optimizer-states"])]
+    for label, world, cfg, extra in resumes:
+        _, got, _ = run(label.replace(" ", "_").replace(">", ""), world, cfg, "gpt2-tiny", extra)
+        worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(full[half:], got))
+        starts = [r["step"] for r in got] == list(range(half + 1, STEPS + 1))
+        if "control" in label:
+            check(label, starts and worst > 100 * 1e-5,
+                  f"worst loss rel diff {worst:.2e}: must miss the 1e-5 bound by far")
+        else:
+            check(label, starts and worst <= 1e-5, f"steps {[r['step'] for r in got]}, worst loss "
+                                                    f"rel diff {worst:.2e} (tol 1e-5)")
+    a = to_fp32(ck_pp, os.path.join(TMP, "fp_pp"))
+    b = to_fp32(ck_one, os.path.join(TMP, "fp_one"))
+    scale = max(max(abs(x) for x in t) for t in b.values())
+    worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in b) if set(a) == set(b) else 1e9
+    check("to-fp32 of the pipeline checkpoint", set(a) == set(b) and worst <= 1e-5 * scale,
+          f"{len(a)} tensors, max abs diff {worst:.2e} (tol 1e-5 x max|p| = {1e-5 * scale:.2e})")
+
     p = run("refuse_stage2", 2, config("refuse_stage2", 2, 4), "gpt2-tiny",
             ["--pipeline-parallel-size", "2"], expect_fail=True)
     check("refuses ZeRO-2", p.returncode != 0 and "incompatible with pipeline parallelism" in
@@ -171,10 +242,11 @@ try:
             ["--pipeline-parallel-size", "2"], expect_fail=True)
     check("refuses P not dividing the ranks", p.returncode != 0 and
           "does not divide the 3 ranks" in p.stderr, p.stderr.strip().splitlines()[-1:])
-    p = run("refuse_save", 2, config("refuse_save", 0, 4), "gpt2-tiny",
-            ["--pipeline-parallel-size", "2", "--save", os.path.join(TMP, "ck")], expect_fail=True)
-    check("refuses --save with a pipeline", p.returncode != 0 and "--save does not work with "
-          "--pipeline-parallel-size" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_async", 2, config("refuse_async", 0, 4), "gpt2-tiny",
+            ["--pipeline-parallel-size", "2", "--save", os.path.join(TMP, "ck"), "--save-async"],
+            expect_fail=True)
+    check("refuses --save-async with a pipeline", p.returncode != 0 and "--save-async does not "
+          "work with --pipeline-parallel-size" in p.stderr, p.stderr.strip().splitlines()[-1:])
 finally:
     shutil.rmtree(TMP, ignore_errors=True)
 

@@ -19,8 +19,8 @@
 namespace zt::ckpt {
 namespace fs = std::filesystem;
 
-std::string shard_file_name(int rank) {
-  return fmt::format("zero_pp_rank_{}_mp_rank_00_optim_states.safetensors", rank);
+std::string shard_file_name(int rank, int stage) {
+  return fmt::format("zero_pp_rank_{}_mp_rank_{:02d}_optim_states.safetensors", rank, stage);
 }
 
 std::string tag_path(const std::string& dir, const std::string& tag) {
@@ -97,13 +97,15 @@ Status partial_prepare(const std::string& dir, const std::string& tag) {
 }
 
 Result<WrittenFile> shard_write(const std::string& dir, const std::string& tag, int rank,
-                                int world, const std::vector<TensorToWrite>& tensors) {
-  return safetensors_write((fs::path(partial_path(dir, tag)) / shard_file_name(rank)).string(),
-                           tensors,
-                           {{"format", kFormatName},
-                            {"rank", std::to_string(rank)},
-                            {"dp_world_size", std::to_string(world)}},
-                           "checkpoint shard");
+                                int world, const std::vector<TensorToWrite>& tensors,
+                                int stage) {
+  return safetensors_write(
+      (fs::path(partial_path(dir, tag)) / shard_file_name(rank, stage)).string(), tensors,
+      {{"format", kFormatName},
+       {"rank", std::to_string(rank)},
+       {"dp_world_size", std::to_string(world)},
+       {"pipeline_stage", std::to_string(stage)}},
+      "checkpoint shard");
 }
 
 void partial_discard(const std::string& dir, const std::string& tag) {

@@ -6,7 +6,10 @@
 //                                                    model, client state, file checksums
 //   DIR/<tag>/zero_pp_rank_{R}_mp_rank_00_optim_states.safetensors
 //                                                    rank R: its chunk of every unit's fp32
-//                                                    master weights and optimizer state
+//                                                    master weights and optimizer state (with
+//                                                    pipeline stages, mp_rank_{S:02d} holds the
+//                                                    units of stage S, whose number the
+//                                                    metadata gives each unit as "stage")
 //
 // A save writes into DIR/.<tag>.partial/ (every file atomically, through core/file_io.h), and
 // rank 0 renames the finished folder to DIR/<tag> (exchanging it with an older one of the same
@@ -30,7 +33,9 @@ constexpr const char* kModelStatesFile = "mp_rank_00_model_states.json";
 constexpr const char* kFormatName = "zerotrain-checkpoint";
 constexpr int kFormatVersion = 1;
 
-std::string shard_file_name(int rank);
+// Data-parallel rank R's shard of pipeline stage S (0 without a pipeline): DeepSpeed's
+// zero_pp_rank_{R}_mp_rank_{S:02d}_optim_states name, as safetensors.
+std::string shard_file_name(int rank, int stage = 0);
 std::string tag_path(const std::string& dir, const std::string& tag);
 std::string partial_path(const std::string& dir, const std::string& tag);
 
@@ -47,7 +52,8 @@ Status partial_prepare(const std::string& dir, const std::string& tag);
 // Rank R's shard (`tensors`) into the partial folder of `tag`, with the shard's safetensors
 // metadata (format, rank, world size).
 Result<WrittenFile> shard_write(const std::string& dir, const std::string& tag, int rank,
-                                int world, const std::vector<TensorToWrite>& tensors);
+                                int world, const std::vector<TensorToWrite>& tensors,
+                                int stage = 0);
 // Rank 0, when a save failed: removes its partial folder (a full disk gets its space back).
 void partial_discard(const std::string& dir, const std::string& tag);
 // Rank 0, after every rank's files and the metadata are in the partial folder: syncs it, moves

@@ -49,6 +49,8 @@ Result<CheckpointWeights> CheckpointWeights::open(const std::string& ckpt_dir,
     w.world_ = w.meta_.at("dp_world_size").get<int>();
     const auto& units = w.meta_.at("model").at("units");
     for (size_t u = 0; u < units.size(); ++u) {
+      // Pipeline checkpoints: the stage whose files hold the unit (0: saved without one).
+      w.unit_stage_.push_back(units[u].value("stage", 0));
       for (const auto& p : units[u].at("params")) {
         CheckpointParam q{.name = p.at("name").get<std::string>(),
                           .shape = p.at("shape").get<std::vector<int64_t>>(),
@@ -72,10 +74,13 @@ Result<CheckpointWeights> CheckpointWeights::open(const std::string& ckpt_dir,
   if (w.world_ < 1) {
     return invalid_argument("'{}': dp_world_size {} is not a world size", dir, w.world_);
   }
-  for (int r = 0; r < w.world_; ++r) {
-    ZT_ASSIGN_OR_RETURN(SafetensorsFile f,
-                        SafetensorsFile::open((fs::path(dir) / shard_file_name(r)).string()));
-    w.shards_.push_back(std::move(f));
+  for (int st : std::set<int>(w.unit_stage_.begin(), w.unit_stage_.end())) {
+    for (int r = 0; r < w.world_; ++r) {
+      ZT_ASSIGN_OR_RETURN(
+          SafetensorsFile f,
+          SafetensorsFile::open((fs::path(dir) / shard_file_name(r, st)).string()));
+      w.shards_.emplace(std::pair{r, st}, std::move(f));
+    }
   }
   return w;
 }
@@ -92,8 +97,9 @@ Status CheckpointWeights::read(const CheckpointParam& p, int64_t lo, int64_t hi,
   ZT_ASSERT(lo >= 0 && lo <= hi && hi <= p.numel, "range [{}, {}) of '{}' ({} elements)", lo, hi,
             p.name, p.numel);
   for (const SlicePiece& s : flat_reslice(p.unit_numel, world_, p.offset + lo, p.offset + hi)) {
-    ZT_RETURN_IF_ERROR(shards_[s.rank].read(fmt::format("unit{}.fp32", p.unit), s.src_offset, s.n,
-                                            out + s.dst_offset));
+    const auto& file = shards_.at({s.rank, unit_stage_[static_cast<size_t>(p.unit)]});
+    ZT_RETURN_IF_ERROR(
+        file.read(fmt::format("unit{}.fp32", p.unit), s.src_offset, s.n, out + s.dst_offset));
   }
   return Status::ok();
 }

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,8 @@ class CheckpointWeights {
   nlohmann::json meta_;
   std::vector<CheckpointParam> params_;
   int world_ = 0;
-  std::vector<SafetensorsFile> shards_;
+  std::vector<int> unit_stage_;  // per unit: the pipeline stage whose files hold it
+  std::map<std::pair<int, int>, SafetensorsFile> shards_;  // (data-parallel rank, stage)
 };
 
 // Whether DIR looks like a checkpoint folder: it has `latest` or a complete tag folder.

@@ -137,6 +137,30 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   ZT_ASSERT(pe->dp_comm_ && pe->pp_comm_, "rank {} is in no data-parallel or pipeline group",
             world.rank());
 
+  // Checkpoints describe the whole model: every unit, with the stage that saves it.
+  CheckpointStage cs{.stage = g.stage_id, .stages = S, .whole_units = nlohmann::json::array(),
+                     .job_comm = &world};
+  {
+    std::vector<int> owner(first->units().size(), 0);
+    for (const StagePlan& p : plans) {
+      for (int u : p.units) {
+        if (std::find(p.copies.begin(), p.copies.end(), u) == p.copies.end()) {
+          owner[static_cast<size_t>(u)] = p.stage;
+        }
+      }
+    }
+    for (size_t u = 0; u < first->units().size(); ++u) {
+      nlohmann::json j = checkpoint_unit_json(*first->units()[u]);
+      j["stage"] = owner[u];
+      cs.whole_units.push_back(std::move(j));
+    }
+    for (int u : mine.units) {
+      cs.global_unit.push_back(u);
+      cs.saved.push_back(std::find(mine.copies.begin(), mine.copies.end(), u) ==
+                         mine.copies.end());
+    }
+  }
+
   // One stage model per pipeline buffer (the most micro-batches in flight on this stage).
   const int buffers =
       train_num_pipe_buffers(config.gradient_accumulation_steps, S, g.stage_id);
@@ -149,6 +173,7 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   eo.comm = pe->dp_comm_.get();
   eo.model_parallel_comm = pe->pp_comm_.get();
   eo.norm_excluded_units = pe->models_.front()->copy_indices();
+  eo.checkpoint_stage = std::move(cs);
   ZT_ASSIGN_OR_RETURN(pe->engine_, initialize(*pe->models_.front(), config, eo));
   pe->buffers_.resize(static_cast<size_t>(buffers));
   pe->time_passes_ = options.time_passes;

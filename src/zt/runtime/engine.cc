@@ -420,6 +420,24 @@ nn::Context Engine::eval_context() const {
   return c;
 }
 
+int Engine::job_rank() const {
+  const auto& cs = options_.checkpoint_stage;
+  return cs && cs->job_comm != nullptr ? cs->job_comm->rank() : comm_->rank();
+}
+
+int Engine::job_world_size() const {
+  const auto& cs = options_.checkpoint_stage;
+  return cs && cs->job_comm != nullptr ? cs->job_comm->world_size() : comm_->world_size();
+}
+
+Status Engine::all_reduce_job(std::vector<double>& values, ReduceOp op) {
+  const auto& cs = options_.checkpoint_stage;
+  if (cs && cs->job_comm != nullptr) {
+    return all_reduce_host_doubles(cs->job_comm, values, op, ctx_.stream);
+  }
+  return zero_->all_reduce_doubles(values, op);
+}
+
 nn::Context Engine::train_context() const {
   nn::Context c = ctx_;
   c.mode = nn::Mode::kTrain;

@@ -28,6 +28,23 @@
 
 namespace zt {
 
+// A pipeline stage's place in the whole model, for checkpoints (pipe/pipe_engine.h builds it). A
+// checkpoint always describes the whole model: each stage's ranks write the chunks of the units
+// the stage owns, in files named by their data-parallel rank and stage
+// (zero_pp_rank_{R}_mp_rank_{S:02d}_optim_states), under the whole model's unit numbers, so any
+// layout (another stage count, no pipeline) loads it by the same re-slice as ZeRO's.
+struct CheckpointStage {
+  int stage = 0, stages = 1;
+  nlohmann::json whole_units;    // the whole model's units as the metadata lists them (+ "stage")
+  std::vector<int> global_unit{};  // this engine's unit i is the whole model's global_unit[i]
+  std::vector<bool> saved{};       // whether this stage writes unit i (false: another stage's copy)
+  // Every rank of the job (all stages): checkpoints agree and publish across it.
+  Communicator* job_comm = nullptr;
+};
+
+// What a checkpoint's metadata says of unit `u` (name, size, parameters, frozen).
+nlohmann::json checkpoint_unit_json(const nn::Unit& u);
+
 struct EngineOptions {
   Device device = Device::cpu();
   uint64_t seed = 1234;  // parameter initialisation
@@ -49,6 +66,9 @@ struct EngineOptions {
   // Units whose gradient another stage's copy also holds (a tied embedding replicated on the last
   // stage: DeepSpeed's ds_pipe_replicated): left out of the norm, so each counts once.
   std::vector<int> norm_excluded_units{};
+  // Pipeline stages: where this engine's units sit in the whole model (checkpoints). Unset: the
+  // engine's model is the whole model.
+  std::optional<CheckpointStage> checkpoint_stage{};
 };
 
 // What happened at the last optimizer step (the boundary micro-batch).
@@ -144,6 +164,11 @@ class Engine {
   zero::ZeroState& zero_state() { return *zero_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
+  // The job: every rank that takes part in this engine's checkpoints (all stages of a pipeline;
+  // else the data-parallel group), and a few doubles summed (or maxed) across it.
+  int job_rank() const;
+  int job_world_size() const;
+  Status all_reduce_job(std::vector<double>& values, ReduceOp op);
   // A forward-only context (for generation / evaluation) on this engine's device and dtype, and
   // the hooks a forward must run with (ZeRO-3 gathers parameters through them).
   nn::Context eval_context() const;

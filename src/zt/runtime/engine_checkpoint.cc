@@ -55,11 +55,11 @@ double comm_timeout_seconds() {
 
 }  // namespace
 
-// Every rank passes its own outcome of a phase; all return ok only if all were ok. A rank that
-// failed returns its own error, the others one naming the failed rank.
-static Status agree(zero::ZeroState& zero, const Status& local, std::string_view phase) {
-  std::vector<double> v{local.is_ok() ? 0.0 : static_cast<double>(zero.rank() + 1)};
-  if (Status s = zero.all_reduce_doubles(v, ReduceOp::kMax); !s.is_ok()) {
+// Every rank of the job passes its own outcome of a phase; all return ok only if all were ok. A
+// rank that failed returns its own error, the others one naming the failed rank.
+static Status agree(Engine& e, const Status& local, std::string_view phase) {
+  std::vector<double> v{local.is_ok() ? 0.0 : static_cast<double>(e.job_rank() + 1)};
+  if (Status s = e.all_reduce_job(v, ReduceOp::kMax); !s.is_ok()) {
     return Status(s.code(), fmt::format("{}: the ranks could not agree (a rank did not take part: "
                                         "checkpoint calls are collective): {}",
                                         phase, s.message()));
@@ -72,17 +72,24 @@ static Status agree(zero::ZeroState& zero, const Status& local, std::string_view
   return Status::ok();
 }
 
+nlohmann::json checkpoint_unit_json(const nn::Unit& u) {
+  nlohmann::json params = nlohmann::json::array();
+  for (nn::Param* p : const_cast<nn::Unit&>(u).params()) {
+    params.push_back({{"name", p->name}, {"offset", p->offset}, {"shape", p->shape.to_vector()}});
+  }
+  nlohmann::json unit = {{"name", u.name()}, {"numel", u.flat_numel()}, {"params", params}};
+  if (u.frozen()) unit["frozen"] = true;  // its compute copy only: no optimizer state
+  return unit;
+}
+
 nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
                                            const nlohmann::json& client) const {
   nlohmann::json units = nlohmann::json::array();
-  for (const auto& u : model_.units()) {
-    nlohmann::json params = nlohmann::json::array();
-    for (nn::Param* p : u->params()) {
-      params.push_back({{"name", p->name}, {"offset", p->offset}, {"shape", p->shape.to_vector()}});
-    }
-    nlohmann::json unit = {{"name", u->name()}, {"numel", u->flat_numel()}, {"params", params}};
-    if (u->frozen()) unit["frozen"] = true;  // its compute copy only: no optimizer state
-    units.push_back(std::move(unit));
+  const auto& cs = options_.checkpoint_stage;
+  if (cs) {
+    units = cs->whole_units;
+  } else {
+    for (const auto& u : model_.units()) units.push_back(checkpoint_unit_json(*u));
   }
   const LossScalerState& ls = scaler_.state();
   nlohmann::json meta = {
@@ -94,7 +101,7 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
       {"skipped_steps", skipped_steps_},
       {"micro_steps", micro_steps_},
       {"dp_world_size", comm_->world_size()},
-      {"mp_world_size", 1},
+      {"mp_world_size", cs ? cs->stages : 1},
       {"zero_stage", config_.zero.stage},
       {"dtype", std::string(dtype_name(round_dtype_))},
       {"optimizer",
@@ -122,7 +129,7 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
 }
 
 Result<std::string> Engine::save_begin(const std::string& dir, const std::string& tag_in) {
-  const int rank = comm_->rank();
+  const int rank = job_rank();
   Status local;
   if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
     local = invalid_argument(
@@ -132,7 +139,7 @@ Result<std::string> Engine::save_begin(const std::string& dir, const std::string
   }
   std::string tag = tag_in.empty() ? fmt::format("global_step{}", global_steps_) : tag_in;
   if (local.is_ok()) local = ckpt::tag_check(tag);
-  ZT_RETURN_IF_ERROR(agree(*zero_, local, "save_checkpoint"));
+  ZT_RETURN_IF_ERROR(agree(*this, local, "save_checkpoint"));
 
   // The tag, compared across ranks (checkpoint.tag_validation) and taken from rank 0: one
   // checkpoint needs one folder. Rank 0's bytes travel in the same collective as the hashes.
@@ -145,7 +152,7 @@ Result<std::string> Engine::save_begin(const std::string& dir, const std::string
   if (rank == 0) {
     for (size_t i = 0; i < tag.size(); ++i) v[8 + i] = static_cast<unsigned char>(tag[i]);
   }
-  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(v, ReduceOp::kMax));
+  ZT_RETURN_IF_ERROR(all_reduce_job(v, ReduceOp::kMax));
   bool same = true;
   for (int i = 0; i < 8; ++i) same = same && v[i] == mine[i];
   if (!same) {
@@ -166,7 +173,7 @@ Result<std::string> Engine::save_begin(const std::string& dir, const std::string
 
   // Rank 0 makes a fresh partial folder; the others wait for it.
   local = rank == 0 ? ckpt::partial_prepare(dir, tag) : Status::ok();
-  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir)));
+  ZT_RETURN_IF_ERROR(agree(*this, local, fmt::format("saving checkpoint '{}'", dir)));
   return tag;
 }
 
@@ -175,10 +182,14 @@ std::vector<ckpt::TensorToWrite> Engine::shard_tensors() {
   const std::vector<std::string> state_names = optim::optimizer_state_names(optimizer_.spec());
   std::vector<ckpt::TensorToWrite> tensors;
   const int n_units = static_cast<int>(zero_->units().size());
+  const auto& cs = options_.checkpoint_stage;
   for (int u = 0; u < n_units; ++u) {
+    // A pipeline stage writes the units it owns, under the whole model's numbers.
+    if (cs && !cs->saved[static_cast<size_t>(u)]) continue;
+    const int global = cs ? cs->global_unit[static_cast<size_t>(u)] : u;
     const int64_t n = zero_->saved_chunk(u).saved_numel();
     for (int k = 0; k < saved_kinds(*zero_, u, state_names); ++k) {
-      tensors.push_back({.name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]),
+      tensors.push_back({.name = tensor_name(global, k == 0 ? "fp32" : state_names[k - 1]),
                          .dtype = DType::f32,
                          .shape = {n},
                          .data = nullptr,
@@ -194,37 +205,44 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
                                const nlohmann::json& client_state) {
   ZT_RETURN_IF_ERROR(checkpoint_wait());
   ZT_ASSIGN_OR_RETURN(const std::string tag, save_begin(dir, tag_in));
-  const int rank = comm_->rank(), world = comm_->world_size();
+  const int rank = job_rank(), world = job_world_size();
+  const int stage = options_.checkpoint_stage ? options_.checkpoint_stage->stage : 0;
   Status local;
 
   // Every rank writes its shard, reading each tensor from the training buffers as it goes.
   const std::vector<ckpt::TensorToWrite> tensors = shard_tensors();
-  auto written = ckpt::shard_write(dir, tag, rank, world, tensors);
+  auto written =
+      ckpt::shard_write(dir, tag, comm_->rank(), comm_->world_size(), tensors, stage);
   // A failed save (a full disk) gives its space back: rank 0 removes the unfinished folder.
   auto drop_partial = [&](Status s) {
     if (!s.is_ok() && rank == 0) ckpt::partial_discard(dir, tag);
     return s;
   };
   ZT_RETURN_IF_ERROR(drop_partial(
-      agree(*zero_, written.status(), fmt::format("saving checkpoint '{}'", dir))));
+      agree(*this, written.status(), fmt::format("saving checkpoint '{}'", dir))));
 
-  // Sizes and checksums of every rank's shard, for the metadata rank 0 writes.
-  std::vector<double> files(5 * static_cast<size_t>(world), 0.0);
-  put_u64(files, 5 * static_cast<size_t>(rank), written->xxh3);
-  files[5 * static_cast<size_t>(rank) + 4] = static_cast<double>(written->bytes);
-  ZT_RETURN_IF_ERROR(zero_->all_reduce_doubles(files, ReduceOp::kSum));
+  // Sizes and checksums of every rank's shard (and its data-parallel rank and stage: the file's
+  // name), for the metadata rank 0 writes.
+  constexpr size_t kSlot = 7;
+  std::vector<double> files(kSlot * static_cast<size_t>(world), 0.0);
+  const size_t at = kSlot * static_cast<size_t>(rank);
+  put_u64(files, at, written->xxh3);
+  files[at + 4] = static_cast<double>(written->bytes);
+  files[at + 5] = comm_->rank();
+  files[at + 6] = stage;
+  ZT_RETURN_IF_ERROR(all_reduce_job(files, ReduceOp::kSum));
   local = Status::ok();
   if (rank == 0) {
     nlohmann::json f = nlohmann::json::object();
     for (int r = 0; r < world; ++r) {
-      f[ckpt::shard_file_name(r)] = {
-          {"bytes", static_cast<int64_t>(files[5 * static_cast<size_t>(r) + 4])},
-          {"xxh3", ckpt::hash_hex(get_u64(files, 5 * static_cast<size_t>(r)))}};
+      const size_t o = kSlot * static_cast<size_t>(r);
+      f[ckpt::shard_file_name(static_cast<int>(files[o + 5]), static_cast<int>(files[o + 6]))] = {
+          {"bytes", static_cast<int64_t>(files[o + 4])}, {"xxh3", ckpt::hash_hex(get_u64(files, o))}};
     }
     local = ckpt::checkpoint_finish(dir, tag, checkpoint_metadata(tag, client_state), f, 0);
   }
   ZT_RETURN_IF_ERROR(
-      drop_partial(agree(*zero_, local, fmt::format("saving checkpoint '{}'", dir))));
+      drop_partial(agree(*this, local, fmt::format("saving checkpoint '{}'", dir))));
   if (rank == 0) {
     ZT_LOG_INFO("saved checkpoint {} (step {}, {} rank(s), {:.1f} MiB per rank)",
                 ckpt::tag_path(dir, tag), global_steps_, world, written->bytes / 1048576.0);
@@ -235,6 +253,11 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
 Status Engine::save_checkpoint_async(const std::string& dir, const std::string& tag_in,
                                      const nlohmann::json& client_state, int keep_last) {
   ZT_RETURN_IF_ERROR(checkpoint_wait());
+  if (options_.checkpoint_stage) {
+    return invalid_argument(
+        "asynchronous saves (--save-async) do not work with pipeline stages yet; save "
+        "synchronously");
+  }
   ZT_ASSIGN_OR_RETURN(const std::string tag, save_begin(dir, tag_in));
   const int rank = comm_->rank(), world = comm_->world_size();
   // The snapshot: every tensor of the shard copied into one host buffer (page-locked on a GPU, so
@@ -295,6 +318,11 @@ Status Engine::checkpoint_wait() {
 }
 
 Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string& file) {
+  if (options_.checkpoint_stage) {
+    return invalid_argument(
+        "save_16bit_model with pipeline stages: each stage holds part of the model; save a "
+        "checkpoint and export it (zt ckpt export-hf, zt ckpt to-fp32)");
+  }
   if (config_.zero.stage == 3 && !config_.zero.stage3_gather_16bit_weights_on_model_save) {
     if (comm_->rank() == 0) {
       ZT_LOG_WARN(
@@ -355,7 +383,7 @@ Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string&
     }
     if (local.is_ok()) ZT_LOG_INFO("saved the {} model to {}/{}", dtype_name(out), dir, file);
   }
-  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("saving the model to '{}'", dir)));
+  ZT_RETURN_IF_ERROR(agree(*this, local, fmt::format("saving the model to '{}'", dir)));
   return true;
 }
 
@@ -364,9 +392,9 @@ Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
   std::string tag = options.tag;
   if (tag.empty()) {
     auto latest = ckpt::latest_read(dir);
-    ZT_RETURN_IF_ERROR(agree(*zero_, latest.status(), "load_checkpoint"));
+    ZT_RETURN_IF_ERROR(agree(*this, latest.status(), "load_checkpoint"));
     if (!*latest) {
-      if (comm_->rank() == 0) {
+      if (job_rank() == 0) {
         ZT_LOG_WARN(
             "Unable to find latest file at {}/latest, if trying to load latest checkpoint "
             "please ensure this file exists or pass an explicit checkpoint tag when loading a "
@@ -387,10 +415,10 @@ Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
   }
   // Every rank checks what it will read before any state is replaced.
   if (local.is_ok()) local = restore_from(meta, path, options, RestorePhase::kCheck);
-  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("loading checkpoint '{}'", path)));
+  ZT_RETURN_IF_ERROR(agree(*this, local, fmt::format("loading checkpoint '{}'", path)));
   local = restore_from(meta, path, options, RestorePhase::kApply);
-  ZT_RETURN_IF_ERROR(agree(*zero_, local, fmt::format("loading checkpoint '{}'", path)));
-  ZT_RETURN_IF_ERROR(agree(*zero_, zero_->refresh_params(),
+  ZT_RETURN_IF_ERROR(agree(*this, local, fmt::format("loading checkpoint '{}'", path)));
+  ZT_RETURN_IF_ERROR(agree(*this, zero_->refresh_params(),
                            fmt::format("loading checkpoint '{}'", path)));
   LoadedCheckpoint out;
   out.path = path;
@@ -398,7 +426,7 @@ Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
   out.client_state = meta.value("client_state", nlohmann::json::object());
   out.saved_world_size = meta.value("dp_world_size", 0);
   out.saved_stage = meta.value("zero_stage", 0);
-  if (comm_->rank() == 0) {
+  if (job_rank() == 0) {
     ZT_LOG_INFO("loaded checkpoint {} (step {}; saved on {} rank(s) at ZeRO stage {}, loaded on "
                 "{} at stage {})",
                 path, global_steps_, out.saved_world_size, out.saved_stage, comm_->world_size(),
@@ -427,22 +455,31 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
     }
     const auto& units = meta.at("model").at("units");
     const auto& mine = model_.units();
-    if (units.size() != mine.size()) {
+    // This engine's unit u is the whole model's unit global(u) (a pipeline stage holds some).
+    const auto& cs = options_.checkpoint_stage;
+    const size_t whole = cs ? cs->whole_units.size() : mine.size();
+    auto global = [&](int u) { return cs ? cs->global_unit[static_cast<size_t>(u)] : u; };
+    if (units.size() != whole) {
       return invalid_argument(
           "checkpoint '{}' holds a model of {} units ({}), this run's {} has {}: it is a "
           "checkpoint of another model (check --model)",
-          path, units.size(), meta.at("model").value("name", "?"), model_.name(), mine.size());
+          path, units.size(), meta.at("model").value("name", "?"), model_.name(), whole);
     }
     for (size_t u = 0; u < mine.size(); ++u) {
-      const int64_t numel = units[u].at("numel").get<int64_t>();
-      if (numel != mine[u]->flat_numel() || units[u].at("name") != mine[u]->name()) {
+      const auto& saved = units[static_cast<size_t>(global(static_cast<int>(u)))];
+      const int64_t numel = saved.at("numel").get<int64_t>();
+      if (numel != mine[u]->flat_numel() || saved.at("name") != mine[u]->name()) {
         return invalid_argument(
             "checkpoint '{}' is of another model: its unit {} is '{}' with {} elements, this "
             "run's is '{}' with {} (check --model and its sizes)",
-            path, u, units[u].at("name").get<std::string>(), numel, mine[u]->name(),
-            mine[u]->flat_numel());
+            path, global(static_cast<int>(u)), saved.at("name").get<std::string>(), numel,
+            mine[u]->name(), mine[u]->flat_numel());
       }
     }
+    // The stage whose files hold a saved unit (0: saved without a pipeline).
+    auto saved_stage = [&](int u) {
+      return units[static_cast<size_t>(global(u))].value("stage", 0);
+    };
     const int saved_world = meta.at("dp_world_size").get<int>();
     if (saved_world < 1 || saved_world > 1 << 20) {
       return invalid_argument("'{}': dp_world_size {} is not a world size", meta_path,
@@ -458,14 +495,26 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
           path, meta.at("optimizer").value("type", "?"), optim::optimizer_name(optimizer_.spec()));
     }
     const auto& files = meta.at("files");
+    // The shard files, one per (data-parallel rank, stage), in a fixed order: file i is verified
+    // by job rank i mod the job's size, so every file is verified once, by some rank.
+    std::vector<std::pair<int, int>> shard_keys;
+    for (int r = 0; r < saved_world; ++r) {
+      for (int st = 0; st < meta.value("mp_world_size", 1); ++st) {
+        if (files.contains(ckpt::shard_file_name(r, st))) shard_keys.emplace_back(r, st);
+      }
+    }
+    auto verifies = [&](std::pair<int, int> key) {
+      const auto it = std::find(shard_keys.begin(), shard_keys.end(), key);
+      return it != shard_keys.end() &&
+             (it - shard_keys.begin()) % job_world_size() == job_rank();
+    };
     // Open the shards this rank reads, and check each against the metadata: size and, for the
-    // files this rank is assigned (shard f goes to rank f mod world), the checksum. Every file
-    // is so verified once, by some rank.
-    std::map<int, ckpt::SafetensorsFile> open;
-    auto shard = [&](int r) -> Result<ckpt::SafetensorsFile*> {
-      auto it = open.find(r);
+    // files this rank verifies, the checksum.
+    std::map<std::pair<int, int>, ckpt::SafetensorsFile> open;
+    auto shard = [&](int r, int st) -> Result<ckpt::SafetensorsFile*> {
+      auto it = open.find({r, st});
       if (it != open.end()) return &it->second;
-      const std::string name = ckpt::shard_file_name(r);
+      const std::string name = ckpt::shard_file_name(r, st);
       const std::string file = (fs::path(path) / name).string();
       if (!files.contains(name)) {
         return invalid_argument("'{}' lists no file '{}'; the checkpoint is damaged", meta_path,
@@ -478,19 +527,19 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
                                 "truncated or damaged; load an earlier tag (--load-tag)",
                                 file, f.file_bytes(), bytes);
       }
-      return &open.emplace(r, std::move(f)).first->second;
+      return &open.emplace(std::pair{r, st}, std::move(f)).first->second;
     };
     if (phase == RestorePhase::kCheck) {
       // The shards this rank reads or verifies must be there, of their recorded size, with
       // headers that parse; their checksums are verified as they are read.
-      for (int r = comm_->rank(); r < saved_world; r += comm_->world_size()) {
-        ZT_RETURN_IF_ERROR(shard(r).status());
+      for (const auto& key : shard_keys) {
+        if (verifies(key)) ZT_RETURN_IF_ERROR(shard(key.first, key.second).status());
       }
       for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
         const auto [begin, end] = zero_->master_extent(u);
         for (const ckpt::SlicePiece& p :
              ckpt::flat_reslice(mine[u]->flat_numel(), saved_world, begin, end)) {
-          ZT_RETURN_IF_ERROR(shard(p.rank).status());
+          ZT_RETURN_IF_ERROR(shard(p.rank, saved_stage(u)).status());
         }
       }
       return Status::ok();
@@ -503,7 +552,7 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       int unit = 0, kind = 0;
       int64_t dst = 0;  // elements into the unit's master extent
     };
-    std::map<int, std::vector<Need>> needs;
+    std::map<std::pair<int, int>, std::vector<Need>> needs;
     const int kinds = load_opt ? 1 + static_cast<int>(state_names.size()) : 1;
     for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
       const int64_t numel = mine[u]->flat_numel();
@@ -511,9 +560,10 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       for (int k = 0; k < saved_kinds(*zero_, u, state_names); ++k) {
         ZT_RETURN_IF_ERROR(zero_->zero_extent(u, k));
         if (k >= kinds) continue;
-        const std::string name = tensor_name(u, k == 0 ? "fp32" : state_names[k - 1]);
+        const std::string name = tensor_name(global(u), k == 0 ? "fp32" : state_names[k - 1]);
+        const int st = saved_stage(u);
         for (const ckpt::SlicePiece& p : ckpt::flat_reslice(numel, saved_world, begin, end)) {
-          ZT_ASSIGN_OR_RETURN(auto* f, shard(p.rank));
+          ZT_ASSIGN_OR_RETURN(auto* f, shard(p.rank, st));
           ZT_ASSIGN_OR_RETURN(const ckpt::TensorEntry* e, f->find(name));
           const int64_t want = ckpt::flat_chunk(numel, saved_world, p.rank).saved_numel();
           if (e->dtype != DType::f32 || e->numel != want) {
@@ -521,7 +571,7 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
                                     "f32; the checkpoint is damaged",
                                     f->path(), name, e->numel, e->dtype_name, want);
           }
-          needs[p.rank].push_back({.file_begin = e->begin + p.src_offset * 4,
+          needs[{p.rank, st}].push_back({.file_begin = e->begin + p.src_offset * 4,
                                    .bytes = p.n * 4,
                                    .unit = u,
                                    .kind = k,
@@ -538,11 +588,11 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
                              ? Tensor::empty_pinned({kChunk / 4}, DType::f32)
                              : Tensor::empty({kChunk / 4}, DType::f32, Device::cpu());
     char* buf = static_cast<char*>(chunk.data());
-    for (int r = 0; r < saved_world; ++r) {
-      auto& list = needs[r];
-      const bool verify = r % comm_->world_size() == comm_->rank();
+    for (const auto& key : shard_keys) {
+      auto& list = needs[key];
+      const bool verify = verifies(key);
       if (list.empty() && !verify) continue;
-      ZT_ASSIGN_OR_RETURN(auto* f, shard(r));
+      ZT_ASSIGN_OR_RETURN(auto* f, shard(key.first, key.second));
       std::sort(list.begin(), list.end(),
                 [](const Need& a, const Need& b) { return a.file_begin < b.file_begin; });
       if (!verify) {
@@ -579,7 +629,7 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       const uint64_t h = XXH3_64bits_digest(state);
       XXH3_freeState(state);
       ZT_RETURN_IF_ERROR(st);
-      const std::string name = ckpt::shard_file_name(r);
+      const std::string name = ckpt::shard_file_name(key.first, key.second);
       const std::string want = files.at(name).at("xxh3").get<std::string>();
       if (ckpt::hash_hex(h) != want) {
         return invalid_argument("checkpoint file '{}' fails its checksum (xxh3 {}, expected {}): "

@@ -204,7 +204,8 @@ TEST(NcclCommunicator, NewGroupsSplitTheCommunicator) {
     EXPECT_EQ((*pair)->rank(), 1 - rank);
     EXPECT_EQ((*pair)->world_size(), 2);
     Tensor t = Tensor::from_doubles({static_cast<double>(rank + 1)}, {1}, DType::f32, dev);
-    ASSERT_TRUE((*pair)->all_reduce(t, ReduceOp::kSum).wait().is_ok());
+    const Status sum = (*pair)->all_reduce(t, ReduceOp::kSum).wait();
+    ASSERT_TRUE(sum.is_ok()) << sum.message();
     EXPECT_EQ(t.to_doubles()[0], 3.0);
     Tensor m = Tensor::from_doubles({static_cast<double>(rank * 10 + 5)}, {1}, DType::f32, dev);
     if (rank == 1) {

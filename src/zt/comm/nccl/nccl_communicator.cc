@@ -12,6 +12,7 @@
 // caller may drop them at once: the caching allocator reuses their blocks only after the
 // operation. The coalesced forms issue their calls in one NCCL group.
 #include "zt/comm/nccl/nccl_communicator.h"
+#include "zt/comm/stub/stub_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -244,6 +245,12 @@ class NcclCommunicator final : public Communicator {
   // in the list as key (so the group numbers them in list order), the others NCCL_SPLIT_NOCOLOR.
   Result<std::unique_ptr<Communicator>> new_group(std::span<const int> ranks) override {
     ZT_ASSIGN_OR_RETURN(const int index, comm_group_index(ranks, state_->rank, state_->world));
+    // A group of one needs no NCCL communicator (every rank knows the size, so none calls the
+    // split): its member gets a single-process one.
+    if (ranks.size() == 1) {
+      if (index < 0) return std::unique_ptr<Communicator>();
+      return stub_communicator_create(device());
+    }
     DeviceGuard guard(state_->device);
     auto child = std::make_shared<NcclState>();
     child->rank = index;
@@ -258,8 +265,11 @@ class NcclCommunicator final : public Communicator {
     ncclResult_t r = ncclCommSplit(state_->comm, index < 0 ? NCCL_SPLIT_NOCOLOR : 0,
                                    std::max(index, 0), &child->comm, &config);
     const Clock::time_point deadline = Clock::now() + state_->timeout;
+    // A non-blocking split may return before the new communicator is ready (ncclSuccess with
+    // the child still initialising): a member polls its new communicator until it is, a rank
+    // outside the group the parent.
+    if (r == ncclSuccess && child->comm != nullptr) r = ncclInProgress;
     if (r == ncclInProgress) {
-      // A member polls its new communicator, a rank outside the group the parent.
       r = child->comm != nullptr ? child->settle_locked(r, deadline)
                                  : state_->settle_locked(r, deadline);
     }
