@@ -838,7 +838,7 @@ void Engine::report_progress() const {
   } else {
     mom = fmt::format("[({}, {})]", py_float(b1), py_float(b2));
   }
-  if (comm_->rank() != 0) return;
+  if (job_rank() != 0) return;  // (one line for all pipeline stages)
   ZT_LOG_INFO("step={}, skipped={}, lr=[{}], mom={}", global_steps_, skipped_steps_, py_float(lr()),
               mom);
 }
