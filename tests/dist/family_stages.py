@@ -28,14 +28,13 @@ import array
 import json
 import math
 import os
-import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 
 from _ports import next_port
+from _tokens import markov_tokens, write_tokens
 
 ZT, SRC = sys.argv[1], sys.argv[2]
 QUICK = "--quick" in sys.argv
@@ -51,21 +50,8 @@ port = [0]
 failures, passed = [], 0
 
 
-def write_tokens(path, tokens):
-    """llm.c's format (src/zt/data/token_file.h): 256 int32 header, then uint16 tokens."""
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(array.array("H", tokens).tobytes())
-
-
 def make_data():
-    rng = random.Random(7)
-    tokens, t = [], 0
-    for _ in range(STEPS * BATCH * SEQ + 1):
-        t = (t * 31 + 7 + rng.choice([0, 0, 0, 1, 5])) % VOCAB
-        tokens.append(t)
+    tokens = markov_tokens(STEPS * BATCH * SEQ + 1, VOCAB)
     data = os.path.join(TMP, "train.bin")
     write_tokens(data, tokens)
     # Step 1's windows (sequential order: window w is tokens[w*SEQ, w*SEQ + SEQ + 1)), back to

@@ -34,7 +34,6 @@ Usage: pipeline_stages.py ZT_BINARY SOURCE_DIR [--quick]
 import array
 import json
 import os
-import random
 import shutil
 import struct
 import subprocess
@@ -42,6 +41,7 @@ import sys
 import tempfile
 
 from _ports import next_port
+from _tokens import markov_tokens, write_tokens
 
 ZT, SRC = sys.argv[1], sys.argv[2]
 QUICK = "--quick" in sys.argv
@@ -53,21 +53,8 @@ ENV = dict(os.environ, XDG_CACHE_HOME=os.path.join(TMP, "cache"), ZT_COMM_TIMEOU
 failures, passed = [], 0
 
 
-def write_tokens(path, tokens):
-    """llm.c's format (src/zt/data/token_file.h): 256 int32 header, then uint16 tokens."""
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(array.array("H", tokens).tobytes())
-
-
 def make_data():
-    rng = random.Random(7)
-    tokens, t = [], 0
-    for _ in range(STEPS * BATCH * SEQ + 1):
-        t = (t * 31 + 7 + rng.choice([0, 0, 0, 1, 5])) % VOCAB
-        tokens.append(t)
+    tokens = markov_tokens(STEPS * BATCH * SEQ + 1, VOCAB)
     data = os.path.join(TMP, "train.bin")
     write_tokens(data, tokens)
     return data
