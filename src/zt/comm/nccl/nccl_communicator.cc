@@ -265,13 +265,22 @@ class NcclCommunicator final : public Communicator {
     ncclResult_t r = ncclCommSplit(state_->comm, index < 0 ? NCCL_SPLIT_NOCOLOR : 0,
                                    std::max(index, 0), &child->comm, &config);
     const Clock::time_point deadline = Clock::now() + state_->timeout;
-    // A non-blocking split may return before the new communicator is ready (ncclSuccess with
-    // the child still initialising): a member polls its new communicator until it is, a rank
-    // outside the group the parent.
-    if (r == ncclSuccess && child->comm != nullptr) r = ncclInProgress;
-    if (r == ncclInProgress) {
-      r = child->comm != nullptr ? child->settle_locked(r, deadline)
-                                 : state_->settle_locked(r, deadline);
+    // Non-blocking, the split runs as a job of the parent (NCCL 2.28): the parent reports
+    // ncclInProgress until it is done, and only then is the new communicator's handle written.
+    // Every rank waits for the parent to settle (the next use of the parent would fail before),
+    // then a member for its new communicator to be ready.
+    if (r == ncclSuccess || r == ncclInProgress) r = state_->settle_locked(ncclInProgress, deadline);
+    if (r == ncclSuccess && index >= 0) {
+      // The job stores the handle as it finishes; wait for the store, bounded.
+      while (__atomic_load_n(&child->comm, __ATOMIC_ACQUIRE) == nullptr && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      if (child->comm == nullptr) {
+        return state_->fail_locked(state_->failure_of(op, ncclInternalError)
+                                       .with_context("ncclCommSplit gave this member no "
+                                                     "communicator: "));
+      }
+      r = child->settle_locked(ncclInProgress, deadline);
     }
     if (r == ncclInProgress) {
       if (child->comm != nullptr) {
