@@ -18,6 +18,12 @@ relative (observed: ~3e-8). bf16 rounds every activation and Adam divides by sqr
 the bound is 2e-3 (observed ~6e-7: the same GEMM shapes run in both). Every run must also train
 (the loss falls), or equal runs would prove nothing, and its record must say the layout asked for.
 
+Fine-tuning on a pipeline (llama-tiny, 4 micro-batches): SFT on prompt/response records, SFT
+with LoRA adapters alone trained and dropout 0.1 (the masks follow the micro-step as the engine
+counts them), and the reward model on prompt/chosen/rejected pairs, each within 1e-5 of the
+single-process run of the same task; --task mlm (whose encoder needs the padding mask on every
+stage) is refused.
+
 Checkpoints: a pipeline's checkpoint holds the whole model (a file per data-parallel rank and
 stage, each unit under the whole model's number with the stage that saved it), so a PP=2 save at
 the halfway step resumes on PP=2 and on one process, and a one-process save resumes on PP=2 x
@@ -34,6 +40,7 @@ Usage: pipeline_stages.py ZT_BINARY SOURCE_DIR [--quick]
 import array
 import json
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -63,6 +70,23 @@ def make_data():
 DATA = make_data()
 
 
+def make_jsonl():
+    """Prompt/response records whose responses all count 5 targets (4 letters and the eos), so
+    micro-batch means agree across layouts, and prompt/chosen/rejected pairs."""
+    rng = random.Random(3)
+    sft, pairs = os.path.join(TMP, "sft.jsonl"), os.path.join(TMP, "pairs.jsonl")
+    with open(sft, "w") as f, open(pairs, "w") as g:
+        for _ in range(STEPS * BATCH):
+            w = "".join(rng.choice("abcdefgh") for _ in range(4))
+            pad = "x" * rng.randint(0, 6)
+            f.write(json.dumps({"prompt": f"{pad}copy {w} =", "response": w}) + "\n")
+            g.write(json.dumps({"prompt": f"copy {w} =", "chosen": w, "rejected": w[::-1]}) + "\n")
+    return sft, pairs
+
+
+SFT_DATA, PAIRS_DATA = make_jsonl()
+
+
 def config(name, stage, gas, bf16=False):
     cfg = {"train_batch_size": BATCH, "gradient_accumulation_steps": gas, "gradient_clipping": 0.5,
            "zero_allow_untested_optimizer": True,
@@ -79,10 +103,10 @@ def config(name, stage, gas, bf16=False):
     return path
 
 
-def run(name, world, cfg, model, extra=(), expect_fail=False, steps=STEPS):
+def run(name, world, cfg, model, extra=(), expect_fail=False, steps=STEPS, data=None):
     metrics = os.path.join(TMP, name + ".jsonl")
-    train = [ZT, "train", "--config", cfg, "--model", model, "--data", DATA, "--device", "cpu",
-             "--steps", str(steps), "--seq-len", str(SEQ), "--sample-tokens", "0", "--order",
+    train = [ZT, "train", "--config", cfg, "--model", model, "--data", data or DATA, "--device",
+             "cpu", "--steps", str(steps), "--seq-len", str(SEQ), "--sample-tokens", "0", "--order",
              "sequential", "--metrics-out", metrics] + list(extra)
     cmd = train
     if world > 1:
@@ -179,6 +203,31 @@ try:
         if gas < pp:
             check(name + " bubble warning", "the bubble" in log, "warning printed")
         compare(name, refs[key], steps, 2e-3 if bf16 else 1e-5)
+
+    # Fine-tuning tasks on a pipeline: SFT, SFT with LoRA adapters only (dropout on: the masks
+    # follow the micro-step as the engine counts them, so one pipeline equals one process), and
+    # the reward model's pairs, each against the single-process run of the same task.
+    lora = ["--lora-dim", "4", "--lora-alpha", "8", "--lora-modules", "q_proj,v_proj,down_proj",
+            "--only-optimize-lora", "--lora-dropout", "0.1"]
+    for label, task, data, extra, batch in (("sft", "sft", SFT_DATA, [], BATCH),
+                                            ("sft lora", "sft", SFT_DATA, lora, BATCH),
+                                            ("reward", "reward", PAIRS_DATA, [], BATCH // 2)):
+        cfg = config(f"task_{task}", 0, 4)
+        with open(cfg) as f:
+            c = json.load(f)
+        c["train_batch_size"] = batch  # (reward: a row per sequence, two per pair)
+        with open(cfg, "w") as f:
+            json.dump(c, f)
+        args = ["--task", task] + extra
+        tag = label.replace(" ", "_")
+        ref = run(f"{tag}_one", 1, cfg, "llama-tiny", args, data=data)[1]
+        got = run(f"{tag}_pp2", 2, cfg, "llama-tiny", args + ["--pipeline-parallel-size", "2"],
+                  data=data)[1]
+        compare(f"{label} on pp2", ref, got, 1e-5)
+    p = run("refuse_mlm", 2, config("refuse_mlm", 0, 4), "llama-tiny",
+            ["--task", "mlm", "--pipeline-parallel-size", "2"], expect_fail=True)
+    check("refuses --task mlm with a pipeline", p.returncode != 0 and "not --task mlm" in p.stderr,
+          p.stderr.strip().splitlines()[-1:])
 
     # Checkpoints: a pipeline's checkpoint is the whole model's (one file per data-parallel rank
     # and stage), so it resumes on the pipeline, on one process, and a one-process checkpoint

@@ -314,9 +314,9 @@ Status PipelineEngine::execute(const Instruction& in,
                                      (static_cast<double>(config_.gradient_accumulation_steps) *
                                       static_cast<double>(b->counted)));
       }
-      b->ctx.dropout_seed = (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(
-                                                         engine_->micro_steps() + in.micro_batch + 1)) ^
-                            (0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(world.rank() + 1));
+      // The micro-step this micro-batch is, as the engine counts them (the same masks as an
+      // engine running the batch's micro-batches one after another).
+      b->ctx.dropout_seed = engine_->dropout_seed(engine_->micro_steps() + in.micro_batch);
       b->output = model->forward(b->ctx, b->input, nullptr);
       peak_activations_ = std::max(peak_activations_, ++in_flight_);
       if (last) {

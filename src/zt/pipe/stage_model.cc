@@ -80,6 +80,7 @@ StageModel::StageModel(std::unique_ptr<nn::Model> whole, const StagePlan& plan)
     units_.push_back(std::move(slot));
   }
   for (int c : plan_.copies) copy_indices_.push_back(index.at(c));
+  set_adapters_json(whole_->adapters_json());  // checkpoints record the whole model's adapters
 }
 
 StageModel::~StageModel() {

@@ -438,6 +438,11 @@ Status Engine::all_reduce_job(std::vector<double>& values, ReduceOp op) {
   return zero_->all_reduce_doubles(values, op);
 }
 
+uint64_t Engine::dropout_seed(int64_t micro_step) const {
+  return (options_.seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(micro_step + 1)) ^
+         (0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(comm_->rank() + 1));
+}
+
 nn::Context Engine::train_context() const {
   nn::Context c = ctx_;
   c.mode = nn::Mode::kTrain;
@@ -531,8 +536,7 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
                                                       config_.gradient_accumulation_steps) *
                                                   static_cast<double>(counted)));
   // Dropout masks (LoRA's): a fresh one every micro-step and rank, reproducible from the seed.
-  ctx_.dropout_seed = (options_.seed + 0x9e3779b97f4a7c15ull * (micro_steps_ + 1)) ^
-                      (0xbf58476d1ce4e5b9ull * static_cast<uint64_t>(comm_->rank() + 1));
+  ctx_.dropout_seed = dropout_seed(micro_steps_);
   // Gathers timed outside training passes (evaluation, generation) belong to no step.
   if (timers_ && config_.zero.stage == 3 && micro_steps_ % config_.gradient_accumulation_steps == 0) {
     (void)zero_->take_gather_ms();

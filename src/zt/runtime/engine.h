@@ -140,6 +140,9 @@ class Engine {
   // The context a pipeline stage's training passes run with (device, stream, dtypes,
   // checkpointing); the caller sets targets and dloss.
   nn::Context train_context() const;
+  // The dropout seed of micro-step `micro_step` (counted from 0 over the run) on this rank: a
+  // fresh mask every micro-step and data-parallel rank, reproducible from the run's seed.
+  uint64_t dropout_seed(int64_t micro_step) const;
 
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const { return global_steps_; }
