@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   auto probe = ckpt::model_open(model_name);
   if (!probe.is_ok()) die(probe.status().message());
   const int32_t vocab = static_cast<int32_t>(probe->model->vocab_size());
-  const pipe::ModelFactory factory = [&]() -> Result<std::unique_ptr<nn::Model>> {
+  const pipe::ModelFactory factory =
+      [&](const pipe::ModelShard&) -> Result<std::unique_ptr<nn::Model>> {
     ZT_ASSIGN_OR_RETURN(ckpt::ModelChoice c, ckpt::model_open(model_name));
     return std::unique_ptr<nn::Model>(std::move(c.model));
   };

@@ -76,9 +76,11 @@
 #       With offload the host bounds it (12 bytes a parameter pinned: 20B needs 227 GiB); with
 #       LoRA the GPU (1 byte a parameter a GPU for the bf16 base) and, in a 10-minute call, the
 #       start-up (each rank draws its half of the initial values, ~200M a second: 5 min at 119B).
-#   (l) pipeline parallelism (docs/parallelism.md): `zt train --pipeline-parallel-size 2` on the
-#       two GPUs against the 1-GPU run (gpt2-tiny, fp32 SGD, 4 micro-batches a step, losses and
-#       gradient norms within 1e-4 relative; the groups and sends over NCCL), then zt_bench_pipe
+#   (l) pipeline and tensor parallelism (docs/parallelism.md): `zt train --pipeline-parallel-size
+#       2` and `--tensor-parallel-size 2` on the two GPUs against the 1-GPU run (gpt2-tiny, fp32
+#       SGD, 4 micro-batches a step, losses and gradient norms within 1e-4 relative; the groups,
+#       sends and all-reduces over NCCL), tensor parallelism's tokens/s next to ZeRO-1 data
+#       parallelism (ZT_DIST_TP_MODELS, default "gpt2 gpt-1.3b"), then zt_bench_pipe
 #       (ZT_DIST_PIPE_MODELS, default "gpt2:8 gpt-1.3b:2" as model:micro-batch; seq
 #       ZT_DIST_PIPE_SEQ, micro-batch counts ZT_DIST_PIPE_COUNTS, default 1,2,4,8,16): each
 #       stage's idle share of a batch next to the bubble's theory, (P-1)/(m+P-1).
@@ -832,19 +834,61 @@ EOF
     { l_rc=1; echo "1-GPU run failed:"; tail -3 "$pl/w1.log"; }
   zt_launch 180 "$bin"/zt "${train[@]}" --pipeline-parallel-size 2 --metrics-out "$pl/pp2.jsonl" \
     >"$pl/pp2.log" 2>&1 || { l_rc=1; echo "pipeline run failed:"; tail -3 "$pl/pp2.log"; }
+  zt_launch 180 "$bin"/zt "${train[@]}" --tensor-parallel-size 2 --metrics-out "$pl/tp2.jsonl" \
+    >"$pl/tp2.log" 2>&1 || { l_rc=1; echo "tensor-parallel run failed:"; tail -3 "$pl/tp2.log"; }
   python3 - "$pl" <<'PY' || l_rc=1
 # The same check as tests/dist/pipeline_stages.py, at part (b)'s GPU tolerance (1e-4).
 import json, sys
-pl = sys.argv[1]
+pl, ok_all = sys.argv[1], True
 def steps(path):
     return [r for r in map(json.loads, open(path)) if r.get("type") != "run"]
-a, b = steps(f"{pl}/w1.jsonl"), steps(f"{pl}/pp2.jsonl")
-worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
-norm = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"]) for x, y in zip(a, b))
-ok = len(a) == len(b) == 10 and worst <= 1e-4 and norm <= 1e-4 and b[-1]["loss"] < b[0]["loss"]
-print(f"pipeline 2 GPUs vs 1 GPU: {'ok' if ok else 'FAIL'}: worst loss rel diff {worst:.2e}, "
-      f"grad-norm {norm:.2e} (tol 1e-4), loss {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}")
-sys.exit(0 if ok else 1)
+a = steps(f"{pl}/w1.jsonl")
+for name, label in (("pp2", "pipeline"), ("tp2", "tensor-parallel")):
+    try:
+        b = steps(f"{pl}/{name}.jsonl")
+    except OSError:
+        print(f"{label} 2 GPUs vs 1 GPU: FAIL: no metrics")
+        ok_all = False
+        continue
+    worst = max(abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(a, b))
+    norm = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(x["grad_norm"]) for x, y in zip(a, b))
+    ok = len(a) == len(b) == 10 and worst <= 1e-4 and norm <= 1e-4 and b[-1]["loss"] < b[0]["loss"]
+    ok_all = ok_all and ok
+    print(f"{label} 2 GPUs vs 1 GPU: {'ok' if ok else 'FAIL'}: worst loss rel diff {worst:.2e}, "
+          f"grad-norm {norm:.2e} (tol 1e-4), loss {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}")
+sys.exit(0 if ok_all else 1)
+PY
+  # Throughput of tensor parallelism next to ZeRO data parallelism on the same two GPUs (the
+  # default corpus), bf16, seq 1024: the median tokens/s of zt train's steps after the first 5.
+  cat >"$pl/tput.json" <<EOF
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 1}}
+EOF
+  for m in ${ZT_DIST_TP_MODELS:-gpt2 gpt-1.3b}; do
+    for layout in tp2 dp2; do
+      extra=()
+      [[ $layout == tp2 ]] && extra=(--tensor-parallel-size 2)
+      zt_launch 150 "$bin"/zt train --config "$pl/tput.json" --model "$m" \
+        --seq-len "${ZT_DIST_PIPE_SEQ:-1024}" \
+        --steps 15 --sample-tokens 0 "${ck_dev[@]}" "${extra[@]}" \
+        --metrics-out "$pl/tput_${m}_$layout.jsonl" >"$pl/tput_${m}_$layout.log" 2>&1 ||
+        { echo "throughput $m $layout failed:"; tail -2 "$pl/tput_${m}_$layout.log"; }
+    done
+  done
+  python3 - "$pl" <<'PY'
+import glob, json, os, statistics, sys
+pl = sys.argv[1]
+rows = []
+for f in sorted(glob.glob(f"{pl}/tput_*.jsonl")):
+    recs = [r for r in map(json.loads, open(f)) if r.get("type") != "run"]
+    if len(recs) > 5:
+        rows.append((os.path.basename(f)[5:-6], statistics.median(r["tokens_per_s"] for r in recs[5:])))
+if rows:
+    print("\n(l) tensor parallelism (tp2) next to ZeRO-1 data parallelism (dp2) on 2 GPUs, bf16, "
+          "seq 1024, micro-batch 8 per data-parallel rank (tokens/s, both GPUs):")
+    for name, tps in rows:
+        print(f"  {name:<16}{tps:>12.0f}")
 PY
   for spec in ${ZT_DIST_PIPE_MODELS:-gpt2:8 gpt-1.3b:2}; do
     zt_launch 240 "$bin"/zt_bench_pipe --model "${spec%%:*}" --micro-batch "${spec##*:}" \

@@ -153,6 +153,11 @@ const std::vector<FlagSpec> kFlags = {
      "gradient_accumulation_steps micro-batches run through the 1F1B schedule (ZeRO stage 0 or 1, "
      "--task pretrain)",
      "P"},
+    {"--tensor-parallel-size", FlagKind::kValue,
+     "tensor parallelism (Megatron's): split each block's attention heads and MLP width over T "
+     "ranks, which all-reduce the partial results; the ranks form pipe x data x T groups, tensor "
+     "groups adjacent (ZeRO stage 0 or 1, named model sizes, no checkpoints yet)",
+     "T"},
     {"--partition-method", FlagKind::kValue,
      "pipeline: how units are split into stages: parameters (default: balanced on parameter "
      "counts), uniform, or type:REGEX (balanced on the units whose class matches)",
@@ -278,10 +283,23 @@ int cmd_train(const Args& raw_args) {
   auto pipe_size = int_flag("--pipeline-parallel-size", 1, 1);
   if (!pipe_size) return fail(pipe_size.status());
   const int pipe = static_cast<int>(*pipe_size);
+  auto tensor_size = int_flag("--tensor-parallel-size", 1, 1);
+  if (!tensor_size) return fail(tensor_size.status());
+  const int tensor = static_cast<int>(*tensor_size);
+  if (tensor > 1) {
+    for (const char* f : {"--save", "--load", "--lora-dim"}) {
+      if (a.has(f)) {
+        return fail(invalid_argument(
+            "{} does not work with --tensor-parallel-size yet (docs/parallelism.md lists what "
+            "tensor parallelism supports)",
+            f));
+      }
+    }
+  }
   if (a.has("--partition-method") && pipe == 1) {
     return fail(invalid_argument("--partition-method needs --pipeline-parallel-size P above 1"));
   }
-  if (pipe > 1) {
+  if (pipe > 1 || tensor > 1) {
     // What the pipeline engine does not run yet: each refused by name.
     for (const char* f : {"--save-async", "--save-16bit-model", "--dump-params", "--eval-data"}) {
       if (a.has(f)) {
@@ -390,7 +408,7 @@ int cmd_train(const Args& raw_args) {
   if (world > 1) set_log_rank(rank);
   // Pipelines: the ranks form a [pipe, data] grid (data fastest, as DeepSpeed's topology); the
   // config's batch sizes and the data are per data-parallel pipeline.
-  auto topology = pipe::topology_for_world(world, {.pipeline = pipe});
+  auto topology = pipe::topology_for_world(world, {.pipeline = pipe, .tensor = tensor});
   if (!topology) return fail(topology.status());
   const int data_world = topology->dim(pipe::kAxisData);
   const int data_rank = topology->coord_of(rank, pipe::kAxisData);
@@ -667,12 +685,27 @@ int cmd_train(const Args& raw_args) {
                                          a.has("--gradient-checkpointing")};
   std::unique_ptr<Engine> single_engine;
   std::unique_ptr<pipe::PipelineEngine> pipeline;
-  if (pipe > 1) {
+  if (tensor > 1 && !choice->source_dir.empty()) {
+    return fail(invalid_argument(
+        "--tensor-parallel-size works with the named model sizes for now, not a model directory "
+        "({})",
+        choice->source_dir));
+  }
+  if (pipe > 1 || tensor > 1) {
     // Each pipeline buffer's copy of the stage's units comes from a whole model of its own.
-    // The same model as `model`: the task's head (reward) and the adapters (LoRA) too.
-    const pipe::ModelFactory factory = [&]() -> Result<std::unique_ptr<nn::Model>> {
+    // The same model as `model`: the task's head (reward) and the adapters (LoRA) too; with
+    // tensor parallelism, the shard's part of every block.
+    const pipe::ModelFactory factory =
+        [&](const pipe::ModelShard& shard) -> Result<std::unique_ptr<nn::Model>> {
       ZT_ASSIGN_OR_RETURN(ckpt::ModelChoice c, ckpt::model_open(model_name, overrides));
       std::unique_ptr<nn::Transformer> m = std::move(c.model);
+      if (shard.tp_size > 1) {
+        nn::TransformerConfig tc = m->transformer_config();
+        tc.tp_size = shard.tp_size;
+        tc.tp_rank = shard.tp_rank;
+        ZT_RETURN_IF_ERROR(nn::tensor_parallel_check(tc));
+        m = std::make_unique<nn::Transformer>(tc);
+      }
       if (task == "reward" && m->transformer_config().task == nn::Task::kCausalLM) {
         m = tasks::reward_model_from(*m);
       }
@@ -682,6 +715,7 @@ int cmd_train(const Args& raw_args) {
     auto p = pipe::PipelineEngine::create(
         factory, *cfg,
         {.stages = pipe,
+         .tensor = tensor,
          .partition_method = a.get("--partition-method").value_or(
              std::string(pipe::kDefaultPartitionMethod)),
          .engine = engine_options});
@@ -764,6 +798,7 @@ int cmd_train(const Args& raw_args) {
     if (Status s = metrics.open(*m); !s.is_ok()) return fail(s);
     nlohmann::json rr = run_record(engine, model, *seq, data_path);
     rr["pipeline_parallel_size"] = pipe;  // (world_size: the data-parallel ranks)
+    rr["tensor_parallel_size"] = tensor;
     if (Status s = metrics.write(rr); !s.is_ok()) {
       return fail(s);
     }
@@ -775,8 +810,7 @@ int cmd_train(const Args& raw_args) {
         "training {} ({:.2f}M parameters) on {} rank(s){} for {} steps{}: batch {} = micro {} "
         "x accum {} x ranks {}, seq {}, {}, ZeRO stage {}",
         model_name, model.num_params() / 1e6, world,
-        pipeline ? fmt::format(" as {} (pipeline stages x data-parallel ranks)",
-                               pipeline->topology().describe())
+        pipeline ? fmt::format(" as {}", pipeline->topology().describe())
                  : std::string(),
         *steps, start_step > 0 ? fmt::format(" (from step {})", start_step) : std::string(),
         cfg->train_batch_size, cfg->train_micro_batch_size_per_gpu,

@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
-"""Pipeline parallelism through the real launcher (zt launch, CPU ranks, Gloo): `zt train
---pipeline-parallel-size P` on 2 and 4 ranks, each layout against the single-process run of the
-same global batch (16 rows of 32 tokens, 4 micro-batches a step, sequential order).
+"""Pipeline and tensor parallelism through the real launcher (zt launch, CPU ranks, Gloo): `zt
+train --pipeline-parallel-size P --tensor-parallel-size T` on 2, 4 and 8 ranks, each layout
+against the single-process run of the same global batch (16 rows of 32 tokens, 4 micro-batches
+a step, sequential order).
 
 Layouts: gpt2-tiny (tied head: the last stage holds a copy of the embedding, whose gradient the
 two stages sum) at PP=2, PP=4, PP=2 x DP=2 at ZeRO stages 0 and 1, PP=2 with one micro-batch a
 step (fewer than the stages: a warning names the bubble), PP=2 with activation checkpointing,
 PP=4 with the uniform partition; llama-tiny (RMSNorm, SwiGLU, rotary, grouped-query attention)
 at PP=2 and PP=2 x DP=2; and bf16 + AdamW with a warm-up schedule at PP=2 x DP=2, ZeRO 1.
+Tensor parallelism (each block's heads and MLP width split; the ranks all-reduce the partial
+outputs and input gradients): TP=2 on both families (GPT-2's biases added once, Llama's
+grouped-query heads and [gate | up] rows split), TP=4, TP=2 x DP=2 at ZeRO 1, PP=2 x TP=2, and
+PP=2 x TP=2 x DP=2 on 8 ranks; llama PP=2 x TP=2 in bf16 with AdamW.
 
 Oracle: the single-process run (tests/dist/zero_equivalence.py's argument): SGD with momentum
 and weight decay is linear in the gradients, and a pipeline computes every micro-batch's
 forward and backward with the same kernels on the same rows; what differs is the order of a few
 sums (the tied embedding's two partial gradients, the gradient norm's per-stage parts, the
-data-parallel average), so in fp32 every step's loss and gradient norm must agree within 1e-5
+data-parallel average; with tensor parallelism the split GEMMs' sums over heads and MLP width
+done in parts and added), so in fp32 every step's loss and gradient norm must agree within 1e-5
 relative (observed: ~3e-8). bf16 rounds every activation and Adam divides by sqrt(v), so there
-the bound is 2e-3 (observed ~6e-7: the same GEMM shapes run in both). Every run must also train
+the bound is 2e-3 (observed ~6e-7 for pipelines, where the same GEMM shapes run in both). Every run must also train
 (the loss falls), or equal runs would prove nothing, and its record must say the layout asked for.
 
 Fine-tuning on a pipeline (llama-tiny, 4 micro-batches): SFT on prompt/response records, SFT
@@ -33,7 +39,8 @@ relative (fp32 SGD: the state is restored exactly), while a resume without the o
 that of the one-process checkpoint of the same step (within 1e-5 of the largest weight).
 
 Refusals, each naming its numbers: ZeRO stage 2 with a pipeline, P that does not divide the
-ranks, --save-async with a pipeline.
+ranks, --save-async with a pipeline, T that does not divide the key/value heads, --save with
+tensor parallelism.
 
 Usage: pipeline_stages.py ZT_BINARY SOURCE_DIR [--quick]
 """
@@ -162,44 +169,56 @@ def compare(name, ref, got, tol):
           f"loss {got[0]['loss']:.4f} -> {got[-1]['loss']:.4f}")
 
 
-# (name, model, world, pipeline size, ZeRO stage, micro-batches a step, extra flags, bf16)
+# (name, model, world, pipeline size, tensor size, ZeRO stage, micro-batches a step, extra
+# flags, bf16)
 LAYOUTS = [
-    ("gpt2_pp2", "gpt2-tiny", 2, 2, 0, 4, [], False),
-    ("gpt2_pp4", "gpt2-tiny", 4, 4, 0, 4, [], False),
-    ("gpt2_pp2_dp2_s1", "gpt2-tiny", 4, 2, 1, 4, [], False),
-    ("gpt2_pp2_one_micro_batch", "gpt2-tiny", 2, 2, 0, 1, [], False),
-    ("llama_pp2", "llama-tiny", 2, 2, 0, 4, [], False),
-    ("llama_pp2_dp2_s0", "llama-tiny", 4, 2, 0, 4, [], False),
-    ("gpt2_pp2_dp2_s1_bf16_adamw", "gpt2-tiny", 4, 2, 1, 4, [], True),
+    ("gpt2_pp2", "gpt2-tiny", 2, 2, 1, 0, 4, [], False),
+    ("gpt2_pp4", "gpt2-tiny", 4, 4, 1, 0, 4, [], False),
+    ("gpt2_pp2_dp2_s1", "gpt2-tiny", 4, 2, 1, 1, 4, [], False),
+    ("gpt2_pp2_one_micro_batch", "gpt2-tiny", 2, 2, 1, 0, 1, [], False),
+    ("llama_pp2", "llama-tiny", 2, 2, 1, 0, 4, [], False),
+    ("llama_pp2_dp2_s0", "llama-tiny", 4, 2, 1, 0, 4, [], False),
+    ("gpt2_pp2_dp2_s1_bf16_adamw", "gpt2-tiny", 4, 2, 1, 1, 4, [], True),
+    # Tensor parallelism, alone and with the other two.
+    ("gpt2_tp2", "gpt2-tiny", 2, 1, 2, 0, 4, [], False),
+    ("llama_tp2", "llama-tiny", 2, 1, 2, 0, 4, [], False),
+    ("gpt2_tp2_dp2_s1", "gpt2-tiny", 4, 1, 2, 1, 4, [], False),
+    ("gpt2_pp2_tp2", "gpt2-tiny", 4, 2, 2, 0, 4, [], False),
+    ("gpt2_pp2_tp2_dp2_s1", "gpt2-tiny", 8, 2, 2, 1, 4, [], False),
 ]
 if not QUICK:
     LAYOUTS += [
-        ("gpt2_pp2_dp2_s0", "gpt2-tiny", 4, 2, 0, 4, [], False),
-        ("gpt2_pp2_checkpointing", "gpt2-tiny", 2, 2, 0, 4, ["--gradient-checkpointing"], False),
-        ("gpt2_pp4_uniform", "gpt2-tiny", 4, 4, 1, 4, ["--partition-method", "uniform"], False),
-        ("llama_pp4", "llama-tiny", 4, 4, 1, 4, [], False),
+        ("gpt2_pp2_dp2_s0", "gpt2-tiny", 4, 2, 1, 0, 4, [], False),
+        ("gpt2_pp2_checkpointing", "gpt2-tiny", 2, 2, 1, 0, 4, ["--gradient-checkpointing"], False),
+        ("gpt2_pp4_uniform", "gpt2-tiny", 4, 4, 1, 1, 4, ["--partition-method", "uniform"], False),
+        ("llama_pp4", "llama-tiny", 4, 4, 1, 1, 4, [], False),
+        ("gpt2_tp4", "gpt2-tiny", 4, 1, 4, 0, 4, [], False),
+        ("llama_pp2_tp2_bf16_adamw", "llama-tiny", 4, 2, 2, 1, 4, [], True),
     ]
 
 try:
     refs = {}
-    for name, model, world, pp, stage, gas, extra, bf16 in LAYOUTS:
-        dp = world // pp
+    for name, model, world, pp, tp, stage, gas, extra, bf16 in LAYOUTS:
+        dp = world // (pp * tp)
         key = (model, gas * dp, bf16)  # the single process runs the global batch's micro-batches
         if key not in refs:
             cfg = config(f"ref_{model}_{gas * dp}_{bf16}", 0, gas * dp, bf16)
             refs[key] = run(f"ref_{model}_{gas * dp}_{bf16}", 1, cfg, model)[1]
         cfg = config(name, stage, gas, bf16)
-        rec, steps, log = run(name, world, cfg, model, ["--pipeline-parallel-size", str(pp)] + extra)
-        if (rec.get("pipeline_parallel_size"), rec.get("world_size"), rec.get("zero_stage")) != (
-                pp, dp, stage):
-            check(name, False, f"ran as pipeline {rec.get('pipeline_parallel_size')} x data "
-                               f"{rec.get('world_size')}, stage {rec.get('zero_stage')}")
+        rec, steps, log = run(name, world, cfg, model, ["--pipeline-parallel-size", str(pp),
+                                                        "--tensor-parallel-size", str(tp)] + extra)
+        got_layout = (rec.get("pipeline_parallel_size"), rec.get("tensor_parallel_size"),
+                      rec.get("world_size"), rec.get("zero_stage"))
+        if got_layout != (pp, tp, dp, stage):
+            check(name, False, f"ran as pipeline x tensor x data, stage {got_layout}")
             continue
-        # Every rank of data index 0 says its stage and units; the last holds the tied copy.
+        # Every rank of data index 0 says its stage, tensor rank and units; the last stage holds
+        # the tied copy of the embedding.
         stage_lines = [line for line in log.splitlines() if "pipeline: " in line and "ranks as" in line]
         last = [line for line in stage_lines if f"stage {pp - 1} of {pp}" in line]
-        check(name + " stage log", len(stage_lines) == pp and len(last) == 1 and
-              "holds a copy of embedding" in last[0], f"{len(stage_lines)} stage lines")
+        check(name + " stage log", len(stage_lines) == pp * tp and len(last) == tp and
+              (pp == 1 or all("holds a copy of embedding" in line for line in last)),
+              f"{len(stage_lines)} stage lines")
         if gas < pp:
             check(name + " bubble warning", "the bubble" in log, "warning printed")
         compare(name, refs[key], steps, 2e-3 if bf16 else 1e-5)
@@ -278,6 +297,15 @@ try:
             ["--pipeline-parallel-size", "2"], expect_fail=True)
     check("refuses P not dividing the ranks", p.returncode != 0 and
           "does not divide the 3 ranks" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_tp_kv", 4, config("refuse_tp_kv", 0, 4), "llama-tiny",
+            ["--tensor-parallel-size", "4"], expect_fail=True)
+    check("refuses a tensor size that does not divide the key/value heads", p.returncode != 0 and
+          "does not divide llama's 2 key/value heads" in p.stderr,
+          p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_tp_save", 2, config("refuse_tp_save", 0, 4), "gpt2-tiny",
+            ["--tensor-parallel-size", "2", "--save", os.path.join(TMP, "ck_tp")], expect_fail=True)
+    check("refuses --save with tensor parallelism", p.returncode != 0 and "--save does not work "
+          "with --tensor-parallel-size" in p.stderr, p.stderr.strip().splitlines()[-1:])
     p = run("refuse_async", 2, config("refuse_async", 0, 4), "gpt2-tiny",
             ["--pipeline-parallel-size", "2", "--save", os.path.join(TMP, "ck"), "--save-async"],
             expect_fail=True)

@@ -50,4 +50,49 @@ void Unit::clear_unwritten_grads(const Stream& s) {
   }
 }
 
+std::vector<std::pair<int64_t, int64_t>> slice_runs(const ParamSlice& s, int64_t lo, int64_t hi) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  auto add = [&](int64_t a, int64_t b) {
+    if (a >= b) return;
+    if (!out.empty() && out.back().second == a) {
+      out.back().second = b;
+    } else {
+      out.emplace_back(a, b);
+    }
+  };
+  // The slice as runs of whole-parameter elements, walked in the slice's own element order.
+  const int64_t rows = s.full[0];
+  const int64_t cols = s.full.ndim() > 1 ? s.full.numel() / rows : 1;
+  int64_t local = 0;  // slice elements before the current run
+  auto take = [&](int64_t full_lo, int64_t n) {
+    const int64_t a = std::max(lo, local), b = std::min(hi, local + n);
+    if (a < b) add(full_lo + (a - local), full_lo + (b - local));
+    local += n;
+  };
+  if (s.dim == 0) {
+    for (const auto& [r0, r1] : s.ranges) take(r0 * cols, (r1 - r0) * cols);
+  } else {
+    for (int64_t r = 0; r < rows && local < hi; ++r) {
+      for (const auto& [c0, c1] : s.ranges) take(r * cols + c0, c1 - c0);
+    }
+  }
+  return out;
+}
+
+void tp_all_reduce(Context& ctx, Tensor& t) {
+  if (ctx.tp_size <= 1 || ctx.tp_comm == nullptr) return;
+  CommHandle h = ctx.tp_comm->all_reduce(t, ReduceOp::kSum, ctx.stream);
+  if (ctx.device.is_cpu()) {
+    // The caller reads it next: wait now, and keep a failure for the engine to report.
+    Status st = h.wait();
+    if (!st.is_ok() && ctx.tp_pending != nullptr) ctx.tp_pending->push_back(CommHandle::ready(st));
+    return;
+  }
+  if (ctx.tp_pending != nullptr) {
+    ctx.tp_pending->push_back(std::move(h));
+  } else {
+    (void)h.wait();  // (no engine to hand it to: a test driving layers directly)
+  }
+}
+
 }  // namespace zt::nn

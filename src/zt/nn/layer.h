@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "zt/comm/communicator.h"
 #include "zt/core/tensor.h"
 #include "zt/nn/param.h"
 
@@ -41,7 +42,20 @@ struct Context {
   // Training randomness (LoRA dropout): a seed the engine draws per micro-step from the run's
   // seed and step, the same for a checkpointed unit's recompute as for its first forward.
   uint64_t dropout_seed = 0;
+  // Tensor parallelism (Megatron's): this rank's index in its tensor-parallel group, the group's
+  // size and communicator. Tensor-parallel layers (attention's heads, the MLP's width) all-reduce
+  // their partial outputs in forward and their partial input gradients in backward over it. On a
+  // GPU the collectives are ordered on `stream` and their handles go to `tp_pending`, which the
+  // engine waits for after the pass; on the CPU they are waited for at once (a failure is kept
+  // there too as a finished handle).
+  int tp_rank = 0;
+  int tp_size = 1;
+  Communicator* tp_comm = nullptr;
+  std::vector<CommHandle>* tp_pending = nullptr;
 };
+
+// Sums `t` over the tensor-parallel group in place (nothing without one).
+void tp_all_reduce(Context& ctx, Tensor& t);
 
 class Unit {
  public:

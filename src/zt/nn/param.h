@@ -5,7 +5,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zt/core/tensor.h"
@@ -24,6 +26,20 @@ class ParamSource {
   virtual void read(int64_t lo, int64_t hi, float* out) const = 0;
 };
 
+// A tensor-parallel rank's part of a parameter: the rows (dim 0) or columns (dim 1) `ranges` of
+// the whole parameter of shape `full`, in increasing order and concatenated (a fused q|k|v
+// weight keeps three row ranges, one per projection). Initialisation gives these elements the
+// whole parameter's values (the same draws, or the same file ranges), so the ranks' parts put
+// together are the one-process model.
+struct ParamSlice {
+  Shape full;
+  int dim = 0;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+};
+// The element runs [full_lo, full_hi) of the whole parameter that elements [lo, hi) of the slice
+// are, in order.
+std::vector<std::pair<int64_t, int64_t>> slice_runs(const ParamSlice& s, int64_t lo, int64_t hi);
+
 struct Param {
   std::string name;  // "h.3.attn.c_attn.weight"
   Shape shape;
@@ -38,6 +54,9 @@ struct Param {
   // take grad_for_add, which clears it first.
   bool grad_unwritten = false;
   std::shared_ptr<const ParamSource> source;  // set when the values come from weight files
+  // Set on a tensor-parallel rank's part of a sharded parameter (source and init then describe
+  // the whole parameter); unset: the whole parameter (replicated on every tensor-parallel rank).
+  std::optional<ParamSlice> slice;
   int64_t numel() const { return shape.numel(); }
 };
 

@@ -59,6 +59,12 @@ Result<int64_t> check_ids(const Tensor& ids, int64_t vocab, bool targets, int mi
 Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactory& factory,
                                                                const DeepSpeedConfig& config,
                                                                const PipelineOptions& options) {
+  if (config.zero.stage >= 2 && options.stages == 1) {
+    return invalid_argument(
+        "zero_optimization.stage {} with --tensor-parallel-size is not supported yet: use stage 0 "
+        "or 1",
+        config.zero.stage);
+  }
   if (config.zero.stage >= 2) {
     return invalid_argument(
         "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (zero_optimization.stage "
@@ -77,14 +83,17 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   }
   Communicator& world = *pe->world_;
   ZT_ASSIGN_OR_RETURN(ProcessTopology topo,
-                      topology_for_world(world.world_size(), {.pipeline = options.stages}));
+                      topology_for_world(world.world_size(),
+                                         {.pipeline = options.stages, .tensor = options.tensor}));
   pe->topology_ = topo;
   ZT_ASSIGN_OR_RETURN(pe->grid_, pipe_grid(topo, world.rank()));
   const PipeGrid& g = pe->grid_;
   const int S = g.pipe_parallel_size;
+  const ModelShard shard{.tp_rank = g.slice_rank, .tp_size = g.slice_parallel_size};
 
-  // The partition, from one whole model (every rank computes the same).
-  ZT_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> first, factory());
+  // The partition, from one model (every rank computes the same: the tensor-parallel parts
+  // of a unit are alike, and the partition counts the units' parameters over all ranks alike).
+  ZT_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> first, factory(shard));
   const std::vector<int> running = running_units(*first);
   const std::vector<UnitInfo> all = describe_units(*first);
   std::vector<UnitInfo> infos;
@@ -134,6 +143,16 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
       pe->tied_.push_back(Tied{static_cast<int>(at - mine.units.begin()), std::move(c)});
     }
   }
+  if (g.slice_parallel_size > 1) {
+    for (const auto& list : topo.axis_comm_lists(kAxisModel)) {
+      ZT_ASSIGN_OR_RETURN(auto c, world.new_group(list));
+      if (c) pe->tp_comm_ = std::move(c);
+    }
+    for (int d = 0; d < g.data_parallel_size; ++d) {
+      ZT_ASSIGN_OR_RETURN(auto c, world.new_group(topo.filter_match({{kAxisData, d}})));
+      if (c) pe->mp_comm_ = std::move(c);
+    }
+  }
   ZT_ASSERT(pe->dp_comm_ && pe->pp_comm_, "rank {} is in no data-parallel or pipeline group",
             world.rank());
 
@@ -166,12 +185,19 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
       train_num_pipe_buffers(config.gradient_accumulation_steps, S, g.stage_id);
   pe->models_.push_back(std::make_unique<StageModel>(std::move(first), mine));
   for (int k = 1; k < buffers; ++k) {
-    ZT_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> whole, factory());
+    ZT_ASSIGN_OR_RETURN(std::unique_ptr<nn::Model> whole, factory(shard));
     pe->models_.push_back(std::make_unique<StageModel>(std::move(whole), mine));
   }
   EngineOptions eo = options.engine;
   eo.comm = pe->dp_comm_.get();
-  eo.model_parallel_comm = pe->pp_comm_.get();
+  eo.model_parallel_comm = pe->mp_comm_ ? pe->mp_comm_.get() : pe->pp_comm_.get();
+  eo.norm_skip_replicated = g.slice_rank > 0;  // (the whole parameters: tensor rank 0 counts)
+  if (g.slice_parallel_size > 1) {
+    cs.unsupported = fmt::format(
+        "checkpoints of tensor-parallel layouts (--tensor-parallel-size {}) are not supported "
+        "yet",
+        g.slice_parallel_size);
+  }
   eo.norm_excluded_units = pe->models_.front()->copy_indices();
   eo.checkpoint_stage = std::move(cs);
   ZT_ASSIGN_OR_RETURN(pe->engine_, initialize(*pe->models_.front(), config, eo));
@@ -208,9 +234,14 @@ std::string PipelineEngine::describe() const {
     copies += fmt::format("{}{}", copies.empty() ? "; holds a copy of " : ", ",
                           m.units()[static_cast<size_t>(c)]->name());
   }
-  return fmt::format("{} ranks as {}; stage {} of {} (data-parallel index {}): units {}{}",
+  const std::string tensor =
+      grid_.slice_parallel_size > 1
+          ? fmt::format(", tensor-parallel rank {} of {}", grid_.slice_rank,
+                        grid_.slice_parallel_size)
+          : std::string();
+  return fmt::format("{} ranks as {}; stage {} of {} (data-parallel index {}{}): units {}{}",
                      topology_->world_size(), topology_->describe(), grid_.stage_id,
-                     grid_.pipe_parallel_size, grid_.data_parallel_id, units, copies);
+                     grid_.pipe_parallel_size, grid_.data_parallel_id, tensor, units, copies);
 }
 
 void PipelineEngine::bind_copies() {
@@ -263,7 +294,7 @@ Result<double> PipelineEngine::train_batch(const std::function<Result<MicroBatch
 Status PipelineEngine::run_instruction(const Instruction& in,
                                        const std::function<Result<MicroBatch>()>& next) {
   const bool pass = in.op == Op::kForwardPass || in.op == Op::kBackwardPass;
-  if (!time_passes_ || !pass) return execute(in, next);
+  if (!time_passes_ || !pass) return after_pass(execute(in, next));
   // Only the pass itself: what it waits for (a receive on the stream) is not its work.
   engine_->stream().synchronize();
   const auto t0 = std::chrono::steady_clock::now();
@@ -271,6 +302,14 @@ Status PipelineEngine::run_instruction(const Instruction& in,
   engine_->stream().synchronize();
   busy_ms_ +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return after_pass(std::move(s));
+}
+
+Status PipelineEngine::after_pass(Status s) {
+  // The pass's tensor-parallel collectives complete with the step's sends (a GPU orders them on
+  // the stream already; on the CPU only failures are left here).
+  for (CommHandle& h : tp_pending_) step_handles_.push_back(std::move(h));
+  tp_pending_.clear();
   return s;
 }
 
@@ -317,6 +356,10 @@ Status PipelineEngine::execute(const Instruction& in,
       // The micro-step this micro-batch is, as the engine counts them (the same masks as an
       // engine running the batch's micro-batches one after another).
       b->ctx.dropout_seed = engine_->dropout_seed(engine_->micro_steps() + in.micro_batch);
+      b->ctx.tp_rank = grid_.slice_rank;
+      b->ctx.tp_size = grid_.slice_parallel_size;
+      b->ctx.tp_comm = tp_comm_.get();
+      b->ctx.tp_pending = &tp_pending_;
       b->output = model->forward(b->ctx, b->input, nullptr);
       peak_activations_ = std::max(peak_activations_, ++in_flight_);
       if (last) {

@@ -46,12 +46,20 @@
 
 namespace zt::pipe {
 
-// Builds one whole model (no parameter memory: an engine binds it). Called once per pipeline
-// buffer; every call must build the same model.
-using ModelFactory = std::function<Result<std::unique_ptr<nn::Model>>()>;
+// Which part of the model a rank builds: its tensor-parallel rank of tp_size (1: the whole).
+struct ModelShard {
+  int tp_rank = 0;
+  int tp_size = 1;
+};
+
+// Builds one whole model (no parameter memory: an engine binds it), or with tensor parallelism
+// the shard's part of every block (nn::TransformerConfig::tp_size). Called once per pipeline
+// buffer; every call with one shard must build the same model.
+using ModelFactory = std::function<Result<std::unique_ptr<nn::Model>>(const ModelShard&)>;
 
 struct PipelineOptions {
   int stages = 1;                                   // --pipeline-parallel-size
+  int tensor = 1;                                   // --tensor-parallel-size
   std::string partition_method = std::string(kDefaultPartitionMethod);
   // device, seed, activation checkpointing; comm is the whole job's communicator (every rank),
   // or null for one process. The engine sets the data-parallel and model-parallel groups.
@@ -111,6 +119,7 @@ class PipelineEngine {
   struct Buffer;
   Status run_instruction(const Instruction& in, const std::function<Result<MicroBatch>()>& next);
   Status execute(const Instruction& in, const std::function<Result<MicroBatch>()>& next);
+  Status after_pass(Status s);
   void bind_copies();
 
   std::unique_ptr<Communicator> own_world_;
@@ -119,6 +128,10 @@ class PipelineEngine {
   PipeGrid grid_;
   std::vector<int> parts_;
   std::unique_ptr<Communicator> dp_comm_, pp_comm_;
+  // Tensor parallelism: the rank's tensor-parallel group, and the model-parallel group (every
+  // rank of its data index: the stages and their tensor-parallel ranks) the step reduces over.
+  std::unique_ptr<Communicator> tp_comm_, mp_comm_;
+  std::vector<CommHandle> tp_pending_;  // the tensor-parallel collectives of the current pass
   // Per tied unit this stage holds (owner or copy): the stage index and the group of the stages
   // holding it (null when only this stage does).
   struct Tied {

@@ -802,7 +802,18 @@ void Engine::accumulate_grad_sumsq(Tensor& acc) {
     if (!zero_->trainable(u) || std::find(excluded.begin(), excluded.end(), u) != excluded.end()) {
       continue;
     }
-    kernels::sum_squares_accumulate(acc, zero_->step_grad(u), ctx_.stream);
+    Tensor& g = zero_->step_grad(u);
+    if (!options_.norm_skip_replicated) {
+      kernels::sum_squares_accumulate(acc, g, ctx_.stream);
+      continue;
+    }
+    // Only the tensor-parallel parts, each where it meets this rank's extent of the unit.
+    const auto [begin, end] = zero_->master_extent(u);
+    for (nn::Param* p : model_.units()[static_cast<size_t>(u)]->params()) {
+      if (!p->slice) continue;
+      const int64_t lo = std::max(begin, p->offset), hi = std::min(end, p->offset + p->numel());
+      if (lo < hi) kernels::sum_squares_accumulate(acc, g.view(lo - begin, {hi - lo}), ctx_.stream);
+    }
   }
 }
 

@@ -40,6 +40,8 @@ struct CheckpointStage {
   std::vector<bool> saved{};       // whether this stage writes unit i (false: another stage's copy)
   // Every rank of the job (all stages): checkpoints agree and publish across it.
   Communicator* job_comm = nullptr;
+  // Non-empty: this layout cannot save or load yet, and why (save and load fail with it).
+  std::string unsupported{};
 };
 
 // What a checkpoint's metadata says of unit `u` (name, size, parameters, frozen).
@@ -66,6 +68,10 @@ struct EngineOptions {
   // Units whose gradient another stage's copy also holds (a tied embedding replicated on the last
   // stage: DeepSpeed's ds_pipe_replicated): left out of the norm, so each counts once.
   std::vector<int> norm_excluded_units{};
+  // Tensor-parallel ranks but the first of their group: parameters that are whole on every rank
+  // of the group (no nn::ParamSlice: norms, embeddings, row-parallel biases) are left out of the
+  // norm, which then counts them once (Megatron's rule).
+  bool norm_skip_replicated = false;
   // Pipeline stages: where this engine's units sit in the whole model (checkpoints). Unset: the
   // engine's model is the whole model.
   std::optional<CheckpointStage> checkpoint_stage{};

@@ -129,6 +129,9 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
 }
 
 Result<std::string> Engine::save_begin(const std::string& dir, const std::string& tag_in) {
+  if (options_.checkpoint_stage && !options_.checkpoint_stage->unsupported.empty()) {
+    return invalid_argument("save_checkpoint: {}", options_.checkpoint_stage->unsupported);
+  }
   const int rank = job_rank();
   Status local;
   if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
@@ -389,6 +392,9 @@ Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string&
 
 Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
     const std::string& dir, const CheckpointLoadOptions& options) {
+  if (options_.checkpoint_stage && !options_.checkpoint_stage->unsupported.empty()) {
+    return invalid_argument("load_checkpoint: {}", options_.checkpoint_stage->unsupported);
+  }
   std::string tag = options.tag;
   if (tag.empty()) {
     auto latest = ckpt::latest_read(dir);

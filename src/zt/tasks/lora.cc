@@ -78,6 +78,12 @@ std::vector<std::string> lora_module_names(const nn::Transformer& model) {
 
 Status lora_apply(nn::Transformer& model, const LoraOptions& o) {
   if (o.r <= 0) return invalid_argument("--lora-dim must be a positive rank, not {}", o.r);
+  if (model.transformer_config().tp_size > 1) {
+    return invalid_argument("LoRA adapters on a tensor-parallel model are not supported yet "
+                            "(--tensor-parallel-size {}): train them with data or pipeline "
+                            "parallelism",
+                            model.transformer_config().tp_size);
+  }
   if (!(o.alpha > 0.0f) || !std::isfinite(o.alpha)) {
     return invalid_argument("--lora-alpha must be positive, not {}", o.alpha);
   }

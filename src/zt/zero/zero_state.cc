@@ -52,6 +52,50 @@ std::string param_count_text(const std::vector<int64_t>& unit_numels) {
 
 }  // namespace
 
+namespace {
+
+// Elements [lo, hi) of a tensor-parallel part of `p` (Param::slice): the whole parameter's file
+// ranges, or its normal draws (each block of `block` elements from its own generator, drawn
+// from the block's start exactly as the whole parameter's are, the elements between the part's
+// runs dropped), or its constant.
+void init_slice(const nn::Param& p, int64_t lo, int64_t hi, float* dst, uint64_t seed,
+                int64_t block) {
+  const auto runs = nn::slice_runs(*p.slice, lo, hi);
+  if (p.source != nullptr) {
+    for (const auto& [a, b] : runs) {
+      p.source->read(a, b, dst);
+      dst += b - a;
+    }
+    return;
+  }
+  if (p.init != nn::ParamInit::kNormal) {
+    std::fill(dst, dst + (hi - lo), p.init == nn::ParamInit::kOnes ? 1.0f : 0.0f);
+    return;
+  }
+  const uint64_t name_seed = seed ^ std::hash<std::string>{}(p.name);
+  int64_t cur = -1, pos = 0;  // the block the generator is in, and the next element it draws
+  std::mt19937_64 rng;
+  std::normal_distribution<float> dist(0.0f, p.init_std);
+  for (const auto& [a, b] : runs) {
+    for (int64_t j = a; j < b; ++j) {
+      if (j / block != cur || j < pos) {  // a fresh block: its generator from the start
+        cur = j / block;
+        rng.seed(name_seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(cur));
+        dist = std::normal_distribution<float>(0.0f, p.init_std);
+        pos = cur * block;
+      }
+      while (pos < j) {
+        (void)dist(rng);
+        ++pos;
+      }
+      *dst++ = dist(rng);
+      ++pos;
+    }
+  }
+}
+
+}  // namespace
+
 void init_unit_params(nn::Unit& unit, float* out, uint64_t seed) {
   init_unit_params(unit, out, seed, 0, unit.flat_numel());
 }
@@ -84,6 +128,10 @@ void init_unit_params(nn::Unit& unit, float* out, uint64_t seed, int64_t begin, 
     const int64_t lo = std::max<int64_t>(0, begin - p->offset);
     const int64_t hi = std::min<int64_t>(p->numel(), end - p->offset);
     if (lo >= hi) continue;
+    if (p->slice) {  // a tensor-parallel part: the whole parameter's values at its elements
+      init_slice(*p, lo, hi, at(p, lo), seed, kInitBlock);
+      continue;
+    }
     if (p->source != nullptr) {  // from the model's weight files, only the range asked for
       p->source->read(lo, hi, at(p, lo));
       continue;

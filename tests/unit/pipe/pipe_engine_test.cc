@@ -38,7 +38,7 @@ pipe::MicroBatch micro_batch(int /*step*/, int m) {
 }
 
 pipe::ModelFactory tiny_factory() {
-  return []() -> Result<std::unique_ptr<nn::Model>> {
+  return [](const pipe::ModelShard&) -> Result<std::unique_ptr<nn::Model>> {
     return std::unique_ptr<nn::Model>(std::make_unique<nn::Gpt2>(testing::tiny_gpt2_config()));
   };
 }

@@ -15,15 +15,48 @@ bool want_flash(Device device, DType dtype, int64_t head_size) {
          kernels::flash_attention_supported(device, dtype, head_size);
 }
 
+namespace {
+
+// This rank's part of the layer: its heads.
+AttentionConfig local_heads(const AttentionConfig& c) {
+  ZT_ASSERT(c.tp_size >= 1 && c.n_heads % c.tp_size == 0 && c.n_kv_heads % c.tp_size == 0,
+            "attention: {} heads and {} key/value heads do not split over {} tensor-parallel "
+            "ranks",
+            c.n_heads, c.n_kv_heads, c.tp_size);
+  AttentionConfig l = c;
+  l.n_heads = c.n_heads / c.tp_size;
+  l.n_kv_heads = c.n_kv_heads / c.tp_size;
+  return l;
+}
+
+}  // namespace
+
 Attention::Attention(Unit& unit, const AttentionNames& names, const AttentionConfig& config,
                      Rotary* rotary)
-    : config_(config),
+    : config_(local_heads(config)),
       rotary_(rotary),
       qkv_(unit, names.qkv, config.hidden,
-           (config.n_heads + 2 * config.n_kv_heads) * config.head_dim, config.qkv_bias,
+           (config_.n_heads + 2 * config_.n_kv_heads) * config.head_dim, config.qkv_bias,
            config.init_std),
-      out_(unit, names.out, config.n_heads * config.head_dim, config.hidden, config.out_bias,
+      out_(unit, names.out, config_.n_heads * config.head_dim, config.hidden, config.out_bias,
            config.out_init_std) {
+  if (config.tp_size > 1) {
+    // The whole layer's rows [q | k | v]: this rank's heads in each of the three.
+    const int64_t HS = config.head_dim, NH = config.n_heads, KV = config.n_kv_heads;
+    const int64_t nh = config_.n_heads, kv = config_.n_kv_heads, r = config.tp_rank;
+    const std::vector<std::pair<int64_t, int64_t>> rows = {
+        {r * nh * HS, (r + 1) * nh * HS},
+        {NH * HS + r * kv * HS, NH * HS + (r + 1) * kv * HS},
+        {(NH + KV) * HS + r * kv * HS, (NH + KV) * HS + (r + 1) * kv * HS}};
+    const int64_t all = (NH + 2 * KV) * HS;
+    qkv_.weight().slice = ParamSlice{.full = {all, config.hidden}, .dim = 0, .ranges = rows};
+    if (qkv_.bias() != nullptr) {
+      qkv_.bias()->slice = ParamSlice{.full = {all}, .dim = 0, .ranges = rows};
+    }
+    out_.weight().slice = ParamSlice{
+        .full = {config.hidden, NH * HS}, .dim = 1, .ranges = {{r * nh * HS, (r + 1) * nh * HS}}};
+    out_.set_row_parallel();
+  }
   ZT_ASSERT(config.n_heads > 0 && config.n_kv_heads > 0 && config.n_heads % config.n_kv_heads == 0,
             "attention: {} heads are not a multiple of {} key/value heads", config.n_heads,
             config.n_kv_heads);
@@ -58,7 +91,10 @@ Tensor Attention::forward(Context& ctx, const Tensor& x, const Tensor* residual)
     att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
     kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
   }
-  return out_.forward(ctx, atty_, residual).reshape({B, T, config_.hidden});
+  // Tensor-parallel: each rank's output is a partial sum; the residual joins it once.
+  Tensor y = out_.forward(ctx, atty_, ctx.tp_rank == 0 ? residual : nullptr);
+  tp_all_reduce(ctx, y);
+  return y.reshape({B, T, config_.hidden});
 }
 
 // Decoding: rotate the new q and k at positions past_len.., store k and v in the cache, attend
@@ -89,7 +125,9 @@ Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int
   kernels::kv_cache_update(q, kc, vc, qkv, NH, KV, cos, sin, cache.past_len, s);
   Tensor y = Tensor::empty({B, T, A}, dt, ctx.device, s);
   kernels::attention_cached(y, q, kc, vc, NH, KV, cache.past_len, s);
-  return out_.forward(ctx, y, residual).reshape({B, T, config_.hidden});
+  Tensor out = out_.forward(ctx, y, ctx.tp_rank == 0 ? residual : nullptr);
+  tp_all_reduce(ctx, out);
+  return out.reshape({B, T, config_.hidden});
 }
 
 void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {
@@ -114,6 +152,7 @@ void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tens
     dqkv = draw;
   }
   qkv_.backward(ctx, dqkv, x, &dx);
+  tp_all_reduce(ctx, dx);  // (each rank's heads gave part of the input's gradient)
   release();
 }
 

@@ -24,6 +24,12 @@ struct AttentionConfig {
   float init_std = 0.02f;
   float out_init_std = 0.02f;
   int layer = 0;  // this layer's slot in a KvCache
+  // Tensor parallelism: the heads (and key/value heads) split over tp_size ranks, this rank's
+  // n_heads / tp_size of them (the fused projection's q, k and v rows of those heads; the output
+  // projection's matching input columns, row-parallel). n_heads and n_kv_heads are the whole
+  // layer's; both must be multiples of tp_size.
+  int tp_size = 1;
+  int tp_rank = 0;
 };
 
 struct AttentionNames {
@@ -34,7 +40,7 @@ class Attention {
  public:
   // `rotary` (not owned; shared by the model's blocks) is null for learned/absolute positions.
   Attention(Unit& unit, const AttentionNames& names, const AttentionConfig& config, Rotary* rotary);
-  const AttentionConfig& config() const { return config_; }
+  const AttentionConfig& config() const { return config_; }  // (this rank's heads)
   const Linear& qkv() const { return qkv_; }
   const Linear& out() const { return out_; }
   Linear& qkv() { return qkv_; }  // (adapters attach here: nn/lora.h)

@@ -28,7 +28,7 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, const Tensor* residual) co
   Tensor x2 = x.reshape(as_rows(x, in_));
   const int64_t N = x2.size(0);
   Tensor y = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
-  const Tensor* b = bias_ != nullptr ? &bias_->value : nullptr;
+  const Tensor* b = forward_bias(ctx);
   if (residual != nullptr) {
     kernels::matmul_residual_forward(y, x2, weight_->value, b, residual->reshape({N, out_}),
                                      ctx.stream);
@@ -93,8 +93,7 @@ Tensor Linear::forward_act(Context& ctx, const Tensor& x, kernels::Activation ac
   const int64_t N = x2.size(0);
   pre = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
   Tensor y = Tensor::empty({N, out_}, ctx.compute_dtype, ctx.device, ctx.stream);
-  kernels::matmul_act_forward(y, pre, x2, weight_->value,
-                              bias_ != nullptr ? &bias_->value : nullptr, act, ctx.stream);
+  kernels::matmul_act_forward(y, pre, x2, weight_->value, forward_bias(ctx), act, ctx.stream);
   return y;
 }
 

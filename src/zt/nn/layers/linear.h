@@ -42,6 +42,11 @@ class Linear {
     return bias_ != nullptr && bias_->grad.defined() ? &grad_for_add(*bias_, s) : nullptr;
   }
   void add_adapter(const LoraAdapter& adapter) { adapters_.push_back(adapter); }
+  // Tensor parallelism: a row-parallel layer (Megatron's: its input features split over the
+  // ranks, so each rank's output is a partial sum the caller all-reduces) adds its bias on
+  // tensor-parallel rank 0 only, so the sum holds it once; every rank computes the bias's
+  // gradient (the output gradient is the same on all).
+  void set_row_parallel() { row_parallel_ = true; }
   const std::vector<LoraAdapter>& adapters() const { return adapters_; }
 
   // x (N, in) (any leading shape) -> (N, out); plus `residual` (N, out) when given (added in the
@@ -68,6 +73,11 @@ class Linear {
   Param* weight_;
   Param* bias_ = nullptr;
   std::vector<LoraAdapter> adapters_;
+  bool row_parallel_ = false;
+  // The bias forward adds on this rank (null: none here).
+  const Tensor* forward_bias(const Context& ctx) const {
+    return bias_ != nullptr && !(row_parallel_ && ctx.tp_rank != 0) ? &bias_->value : nullptr;
+  }
 };
 
 // Rows of a tensor viewed as (numel / cols, cols).

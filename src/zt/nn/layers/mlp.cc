@@ -2,14 +2,39 @@
 
 namespace zt::nn {
 
+namespace {
+
+MlpConfig local_width(const MlpConfig& c) {
+  ZT_ASSERT(c.tp_size >= 1 && c.inner % c.tp_size == 0,
+            "mlp: width {} does not split over {} tensor-parallel ranks", c.inner, c.tp_size);
+  MlpConfig l = c;
+  l.inner = c.inner / c.tp_size;
+  return l;
+}
+
+}  // namespace
+
 Mlp::Mlp(Unit& unit, const MlpNames& names, const MlpConfig& config)
-    : config_(config),
+    : config_(local_width(config)),
       up_(unit, names.up, config.hidden,
-          config.gated == Gated::kYes ? 2 * config.inner : config.inner, config.bias,
+          config.gated == Gated::kYes ? 2 * config_.inner : config_.inner, config.bias,
           config.init_std),
-      down_(unit, names.down, config.inner, config.hidden, config.bias, config.out_init_std) {
+      down_(unit, names.down, config_.inner, config.hidden, config.bias, config.out_init_std) {
   ZT_ASSERT(config.gated == Gated::kNo || config.act == kernels::Activation::kSilu,
             "mlp: the gated form is SwiGLU (silu)");
+  if (config.tp_size > 1) {
+    const int64_t F = config.inner, f = config_.inner, r = config.tp_rank;
+    std::vector<std::pair<int64_t, int64_t>> rows = {{r * f, (r + 1) * f}};
+    if (config.gated == Gated::kYes) rows.emplace_back(F + r * f, F + (r + 1) * f);  // [gate | up]
+    const int64_t all = config.gated == Gated::kYes ? 2 * F : F;
+    up_.weight().slice = ParamSlice{.full = {all, config.hidden}, .dim = 0, .ranges = rows};
+    if (up_.bias() != nullptr) {
+      up_.bias()->slice = ParamSlice{.full = {all}, .dim = 0, .ranges = rows};
+    }
+    down_.weight().slice =
+        ParamSlice{.full = {config.hidden, F}, .dim = 1, .ranges = {{r * f, (r + 1) * f}}};
+    down_.set_row_parallel();
+  }
 }
 
 Tensor Mlp::activate(Context& ctx, const Tensor& h) const {
@@ -25,10 +50,15 @@ Tensor Mlp::activate(Context& ctx, const Tensor& h) const {
 Tensor Mlp::forward(Context& ctx, const Tensor& x, const Tensor* residual) {
   if (config_.gated == Gated::kNo && up_.fusable()) {
     // The activation in the up projection's GEMM (cuBLASLt's epilogue on CUDA).
-    return down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_), residual);
+    Tensor y = down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_),
+                             ctx.tp_rank == 0 ? residual : nullptr);
+    tp_all_reduce(ctx, y);  // (tensor-parallel: partial sums, the residual joined once)
+    return y;
   }
   h_ = up_.forward(ctx, x);
-  return down_.forward(ctx, activate(ctx, h_), residual);
+  Tensor y = down_.forward(ctx, activate(ctx, h_), ctx.tp_rank == 0 ? residual : nullptr);
+  tp_all_reduce(ctx, y);
+  return y;
 }
 
 void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {
@@ -38,6 +68,7 @@ void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx
     Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
     down_.backward_act(ctx, dout, activate(ctx, h_), h_, config_.act, dh);
     up_.backward(ctx, dh, x, &dx);
+    tp_all_reduce(ctx, dx);
   } else {
     Tensor da = Tensor::empty({N, config_.inner}, ctx.compute_dtype, ctx.device, ctx.stream);
     down_.backward(ctx, dout, activate(ctx, h_), &da);
@@ -48,6 +79,7 @@ void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx
       kernels::activation_backward(dh, da, h_, config_.act, ctx.stream);
     }
     up_.backward(ctx, dh, x, &dx);
+    tp_all_reduce(ctx, dx);
   }
   release();
 }

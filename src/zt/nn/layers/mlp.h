@@ -20,6 +20,11 @@ struct MlpConfig {
   Bias bias = Bias::kWith;
   float init_std = 0.02f;
   float out_init_std = 0.02f;
+  // Tensor parallelism: the width F split over tp_size ranks (the up projection's rows of this
+  // rank's F / tp_size, gate and up alike when gated; the down projection's matching input
+  // columns, row-parallel). `inner` is the whole layer's and must be a multiple of tp_size.
+  int tp_size = 1;
+  int tp_rank = 0;
 };
 
 struct MlpNames {
@@ -29,7 +34,7 @@ struct MlpNames {
 class Mlp {
  public:
   Mlp(Unit& unit, const MlpNames& names, const MlpConfig& config);
-  const MlpConfig& config() const { return config_; }
+  const MlpConfig& config() const { return config_; }  // (this rank's width)
   Linear& up() { return up_; }  // (adapters attach here: nn/lora.h)
   Linear& down() { return down_; }
 

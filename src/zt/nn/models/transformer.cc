@@ -12,6 +12,29 @@ int padded_vocab(int vocab) {
   return (vocab + m - 1) / m * m;
 }
 
+Status tensor_parallel_check(const TransformerConfig& c) {
+  const int T = c.tp_size;
+  if (T <= 1) return Status::ok();
+  if (c.n_head % T != 0) {
+    return invalid_argument("--tensor-parallel-size {} does not divide {}'s {} attention heads", T,
+                            c.model_type, c.n_head);
+  }
+  if (c.n_kv_head % T != 0) {
+    return invalid_argument(
+        "--tensor-parallel-size {} does not divide {}'s {} key/value heads (replicating them over "
+        "the ranks is not supported yet): use a size that divides {}",
+        T, c.model_type, c.n_kv_head, c.n_kv_head);
+  }
+  if (c.inner % T != 0) {
+    return invalid_argument("--tensor-parallel-size {} does not divide {}'s MLP width {}", T,
+                            c.model_type, c.inner);
+  }
+  if (c.tp_rank < 0 || c.tp_rank >= T) {
+    return invalid_argument("tensor-parallel rank {} outside a group of {}", c.tp_rank, T);
+  }
+  return Status::ok();
+}
+
 // ---- embedding: token table (+ learned positions) (+ token types) (+ norm) (+ projection)
 
 TransformerEmbedding::TransformerEmbedding(const TransformerConfig& c) : Unit("embedding"), c_(c) {
@@ -137,7 +160,9 @@ AttentionConfig attention_config(const TransformerConfig& c, int layer) {
                                          : kernels::AttnKind::kCausal,
           .init_std = c.init_std,
           .out_init_std = c.residual_init_std,
-          .layer = layer};
+          .layer = layer,
+          .tp_size = c.tp_size,
+          .tp_rank = c.tp_rank};
 }
 
 MlpConfig mlp_config(const TransformerConfig& c) {
@@ -147,7 +172,9 @@ MlpConfig mlp_config(const TransformerConfig& c) {
           .gated = c.gated,
           .bias = c.mlp_bias,
           .init_std = c.init_std,
-          .out_init_std = c.residual_init_std};
+          .out_init_std = c.residual_init_std,
+          .tp_size = c.tp_size,
+          .tp_rank = c.tp_rank};
 }
 
 }  // namespace

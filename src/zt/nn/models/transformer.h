@@ -42,6 +42,11 @@ struct TransformerConfig {
   int64_t hidden = 0;
   int64_t head_dim = 0;
   int64_t inner = 0;  // MLP width
+  // Tensor parallelism: this model is rank tp_rank's part of the whole (each block's heads and
+  // MLP width split over tp_size ranks: nn/layers attention.h, mlp.h); the embedding, the norms
+  // and the head stay whole on every rank. n_head, n_kv_head and inner stay the whole model's.
+  int tp_size = 1;
+  int tp_rank = 0;
   int vocab_size = 0;
   int padded_vocab_size = 0;  // rows of the token table (vocab rounded up: GEMM-friendly)
   int64_t max_positions = 0;
@@ -66,7 +71,12 @@ struct TransformerConfig {
   float position_init_std = 0.02f;
 };
 
-int padded_vocab(int vocab);  // rounds up to 64 (tiny vocabularies) or 128
+int padded_vocab(int vocab);
+
+// Whether `c` splits over c.tp_size tensor-parallel ranks: its heads, key/value heads and MLP
+// width are multiples of tp_size (key/value heads fewer than the ranks would have to be
+// replicated, which is not supported yet). Errors name the numbers and the flag.
+Status tensor_parallel_check(const TransformerConfig& c);  // rounds up to 64 (tiny vocabularies) or 128
 
 class Transformer;
 
