@@ -79,9 +79,9 @@ std::vector<std::pair<int64_t, int64_t>> slice_runs(const ParamSlice& s, int64_t
   return out;
 }
 
-void tp_all_reduce(Context& ctx, Tensor& t) {
+void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op) {
   if (ctx.tp_size <= 1 || ctx.tp_comm == nullptr) return;
-  CommHandle h = ctx.tp_comm->all_reduce(t, ReduceOp::kSum, ctx.stream);
+  CommHandle h = ctx.tp_comm->all_reduce(t, op, ctx.stream);
   if (ctx.device.is_cpu()) {
     // The caller reads it next: wait now, and keep a failure for the engine to report.
     Status st = h.wait();

@@ -54,8 +54,8 @@ struct Context {
   std::vector<CommHandle>* tp_pending = nullptr;
 };
 
-// Sums `t` over the tensor-parallel group in place (nothing without one).
-void tp_all_reduce(Context& ctx, Tensor& t);
+// Sums (or maxes) `t` over the tensor-parallel group in place (nothing without one).
+void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op = ReduceOp::kSum);
 
 class Unit {
  public:

@@ -59,7 +59,7 @@ Result<int64_t> check_ids(const Tensor& ids, int64_t vocab, bool targets, int mi
 Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactory& factory,
                                                                const DeepSpeedConfig& config,
                                                                const PipelineOptions& options) {
-  if (config.zero.stage >= 2 && options.stages == 1) {
+  if (config.zero.stage >= 2 && options.stages == 1 && options.tensor > 1) {
     return invalid_argument(
         "zero_optimization.stage {} with --tensor-parallel-size is not supported yet: use stage 0 "
         "or 1",

@@ -1,7 +1,8 @@
 // Tensor-parallel parts of a model (nn::TransformerConfig::tp_size): each rank's parameters are
 // its slice of the one-process model's, value for value. Oracle: the one-process model's own
 // initial values, cut by hand here from the layout the layers document (fused q|k|v rows by
-// heads, [gate | up] rows, the output projections' input columns), not through slice_runs.
+// heads, [gate | up] rows, the output projections' input columns, the token table's rows), not
+// through slice_runs.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -96,6 +97,10 @@ void check_config(const std::string& what, const nn::TransformerConfig& config) 
       } else if (is(n.down) && !bias) {
         want = cols(w, F, r * f, (r + 1) * f);
         ++sliced;
+      } else if (pname == n.wte + ".weight" || pname == n.lm_head + ".weight") {
+        const int64_t vl = c->padded_vocab_size / T;  // the vocabulary's rows
+        want = rows(w, c->embed_dim, r * vl, (r + 1) * vl);
+        ++sliced;
       }
       EXPECT_EQ(v, want) << pname << " on tensor-parallel rank " << r;
     }
@@ -118,6 +123,7 @@ TEST(TensorParallel, EachRanksPartsAreTheWholeModelsValues) {
   ASSERT_TRUE(c.is_ok());
   c->n_layer = 1;
   c->hidden = 1024;
+  c->embed_dim = 1024;
   c->head_dim = 128;
   c->n_head = 8;
   c->n_kv_head = 4;

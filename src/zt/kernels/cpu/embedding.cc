@@ -217,4 +217,75 @@ void embedding_lookup_backward(Tensor& dtable, const Tensor& dout, const Tensor&
   }
 }
 
+namespace {
+
+template <typename T>
+void range_forward_impl(T* out, const int32_t* ids, const T* table, int64_t n, int64_t C,
+                        int64_t row0, int64_t rows) {
+#pragma omp parallel for if (parallel : n * C >= kParallelMinWork)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = static_cast<int64_t>(ids[i]) - row0;
+    T* o = out + i * C;
+    if (r < 0 || r >= rows) {
+      for (int64_t c = 0; c < C; ++c) o[c] = 0;
+    } else {
+      for (int64_t c = 0; c < C; ++c) o[c] = table[r * C + c];
+    }
+  }
+}
+
+template <typename T>
+void range_backward_impl(T* dtable, const T* dout, const int32_t* ids, int64_t n, int64_t C,
+                         int64_t row0, int64_t rows) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = static_cast<int64_t>(ids[i]) - row0;
+    if (r < 0 || r >= rows) continue;
+    for (int64_t c = 0; c < C; ++c) dtable[r * C + c] += dout[i * C + c];
+  }
+}
+
+void range_check(const Tensor& ids, const Tensor& table, const Tensor& act, const char* op) {
+  ZT_ASSERT(ids.device().is_cpu() && table.device().is_cpu() && act.device().is_cpu(),
+            "{} (cpu): all tensors must be on the CPU", op);
+  ZT_ASSERT(ids.dtype() == DType::i32, "{}: ids must be i32, got {}", op, dtype_name(ids.dtype()));
+  ZT_ASSERT(table.ndim() == 2 && act.numel() == ids.numel() * table.size(1),
+            "{}: activations {} are not ids {} x table width {}", op, act.shape().str(),
+            ids.shape().str(), table.ndim() == 2 ? table.size(1) : -1);
+}
+
+}  // namespace
+
+void embedding_range_forward(Tensor& out, const Tensor& ids, const Tensor& table, int64_t row0,
+                             const Stream& s) {
+  range_check(ids, table, out, "embedding_range_forward");
+  ZT_ASSERT(out.dtype() == table.dtype(), "embedding_range_forward: out {} and table {} differ",
+            dtype_name(out.dtype()), dtype_name(table.dtype()));
+  if (out.dtype() == DType::f32) {
+    range_forward_impl(out.data<float>(), ids.data<int32_t>(), table.data<float>(), ids.numel(),
+                       table.size(1), row0, table.size(0));
+  } else {
+    ZT_ASSERT(out.dtype() == DType::f64, "embedding_range_forward: CPU dtype f32 or f64, got {}",
+              dtype_name(out.dtype()));
+    range_forward_impl(out.data<double>(), ids.data<int32_t>(), table.data<double>(), ids.numel(),
+                       table.size(1), row0, table.size(0));
+  }
+}
+
+void embedding_range_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids, int64_t row0,
+                              const Stream& s) {
+  range_check(ids, dtable, dout, "embedding_range_backward");
+  ZT_ASSERT(dtable.dtype() == accum_dtype(dout.dtype()),
+            "embedding_range_backward: dtable {} must be the accum dtype of dout {}",
+            dtype_name(dtable.dtype()), dtype_name(dout.dtype()));
+  if (dout.dtype() == DType::f32) {
+    range_backward_impl(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), ids.numel(),
+                        dtable.size(1), row0, dtable.size(0));
+  } else {
+    ZT_ASSERT(dout.dtype() == DType::f64, "embedding_range_backward: CPU dtype f32 or f64, got {}",
+              dtype_name(dout.dtype()));
+    range_backward_impl(dtable.data<double>(), dout.data<double>(), ids.data<int32_t>(),
+                        ids.numel(), dtable.size(1), row0, dtable.size(0));
+  }
+}
+
 }  // namespace zt::kernels::cpu

@@ -141,4 +141,146 @@ void crossentropy_fused(Tensor& losses, Tensor& logits, const Tensor& targets, i
                                       "crossentropy_fused");
 }
 
+// ---- vocabulary-parallel (contract in kernels/ops.h): one block per row, scalar loads; `real` is
+// how many of the rank's Vl columns are below the vocabulary.
+namespace {
+
+template <typename T>
+__global__ void ce_parallel_max_kernel(float* rowmax, const T* logits, int64_t vl, int64_t real) {
+  __shared__ float scratch[kWarpSize];
+  const T* row = logits + blockIdx.x * vl;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < real; j += blockDim.x) m = fmaxf(m, to_f32(row[j]));
+  const float r = block_max(m, scratch);
+  if (threadIdx.x == 0) rowmax[blockIdx.x] = r;
+}
+
+template <typename T>
+__global__ void ce_parallel_sums_kernel(float* sums, const T* logits, const int32_t* targets,
+                                        const float* rowmax, int64_t vl, int64_t real,
+                                        int64_t col0, int64_t vocab) {
+  __shared__ float scratch[kWarpSize];
+  const T* row = logits + blockIdx.x * vl;
+  const int32_t target = targets[blockIdx.x];
+  if (target >= vocab) __trap();
+  if (target < 0) {
+    if (threadIdx.x == 0) {
+      sums[2 * blockIdx.x] = 0.0f;
+      sums[2 * blockIdx.x + 1] = 0.0f;
+    }
+    return;
+  }
+  const float m = rowmax[blockIdx.x];
+  float sum = 0.0f;
+  if (m != -INFINITY) {
+    for (int64_t j = threadIdx.x; j < real; j += blockDim.x) sum += expf(to_f32(row[j]) - m);
+  }
+  const float total = block_sum(sum, scratch);
+  if (threadIdx.x == 0) {
+    const int64_t local = static_cast<int64_t>(target) - col0;
+    sums[2 * blockIdx.x] = total;
+    sums[2 * blockIdx.x + 1] = local >= 0 && local < real ? to_f32(row[local]) : 0.0f;
+  }
+}
+
+template <typename T>
+__global__ void ce_parallel_finish_kernel(float* losses, T* logits, const int32_t* targets,
+                                          const float* rowmax, const float* sums, int64_t vl,
+                                          int64_t real, int64_t col0, float dloss, int grad) {
+  T* row = logits + blockIdx.x * vl;
+  const int32_t target = targets[blockIdx.x];
+  const bool counted = target >= 0;
+  const float m = rowmax[blockIdx.x], sum = sums[2 * blockIdx.x];
+  if (threadIdx.x == 0) {
+    losses[blockIdx.x] = counted ? m + logf(sum) - sums[2 * blockIdx.x + 1] : 0.0f;
+  }
+  if (!grad) return;
+  const float inv = counted ? 1.0f / sum : 0.0f;
+  for (int64_t j = threadIdx.x; j < vl; j += blockDim.x) {
+    float g = 0.0f;
+    if (counted && j < real) {
+      const float p = expf(to_f32(row[j]) - m) * inv;
+      g = dloss * (p - (col0 + j == target ? 1.0f : 0.0f));
+    }
+    row[j] = from_f32<T>(g);
+  }
+}
+
+struct ParallelShape {
+  int64_t rows, vl, real;
+};
+
+ParallelShape parallel_shape(const Tensor& logits, int64_t col0, int64_t vocab, const char* op) {
+  check_cuda(logits, op, "logits");
+  ZT_ASSERT(logits.ndim() >= 1 && logits.size(-1) >= 1, "{}: logits must be (N, Vl)", op);
+  const int64_t vl = logits.size(-1);
+  const int64_t rows = logits.numel() / vl;
+  ZT_ASSERT(rows < (int64_t{1} << 31), "{}: {} rows exceed one grid", op, rows);
+  ZT_ASSERT(col0 >= 0 && vocab >= 1, "{}: col0 {} / vocab {}", op, col0, vocab);
+  return {rows, vl, std::max<int64_t>(0, std::min(vl, vocab - col0))};
+}
+
+}  // namespace
+
+void crossentropy_parallel_max(Tensor& rowmax, const Tensor& logits, int64_t col0, int64_t vocab,
+                               const Stream& s) {
+  const char* op = "crossentropy_parallel_max";
+  const ParallelShape sh = parallel_shape(logits, col0, vocab, op);
+  check_dtype(rowmax, DType::f32, op, "rowmax");
+  check_numel(rowmax, sh.rows, op, "rowmax");
+  check_same_device(logits, rowmax, op);
+  if (sh.rows == 0) return;
+  DeviceGuard guard(logits.device());
+  dispatch_compute(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ce_parallel_max_kernel<T><<<static_cast<unsigned>(sh.rows), kThreads, 0, stream_of(s)>>>(
+        ptr<float>(rowmax), ptr<const T>(logits), sh.vl, sh.real);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void crossentropy_parallel_sums(Tensor& sums, const Tensor& logits, const Tensor& targets,
+                                const Tensor& rowmax, int64_t col0, int64_t vocab,
+                                const Stream& s) {
+  const char* op = "crossentropy_parallel_sums";
+  const ParallelShape sh = parallel_shape(logits, col0, vocab, op);
+  check_dtype(sums, DType::f32, op, "sums");
+  check_numel(sums, 2 * sh.rows, op, "sums");
+  check_dtype(targets, DType::i32, op, "targets");
+  check_numel(targets, sh.rows, op, "targets");
+  check_numel(rowmax, sh.rows, op, "rowmax");
+  check_same_device(logits, sums, op);
+  if (sh.rows == 0) return;
+  DeviceGuard guard(logits.device());
+  dispatch_compute(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ce_parallel_sums_kernel<T><<<static_cast<unsigned>(sh.rows), kThreads, 0, stream_of(s)>>>(
+        ptr<float>(sums), ptr<const T>(logits), ptr<const int32_t>(targets),
+        ptr<const float>(rowmax), sh.vl, sh.real, col0, vocab);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void crossentropy_parallel_finish(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                  const Tensor& rowmax, const Tensor& sums, int64_t col0,
+                                  int64_t vocab, float dloss, bool grad, const Stream& s) {
+  const char* op = "crossentropy_parallel_finish";
+  const ParallelShape sh = parallel_shape(logits, col0, vocab, op);
+  check_dtype(losses, DType::f32, op, "losses");
+  check_numel(losses, sh.rows, op, "losses");
+  check_numel(sums, 2 * sh.rows, op, "sums");
+  check_numel(rowmax, sh.rows, op, "rowmax");
+  check_numel(targets, sh.rows, op, "targets");
+  check_same_device(logits, losses, op);
+  if (sh.rows == 0) return;
+  DeviceGuard guard(logits.device());
+  dispatch_compute(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ce_parallel_finish_kernel<T><<<static_cast<unsigned>(sh.rows), kThreads, 0, stream_of(s)>>>(
+        ptr<float>(losses), ptr<T>(logits), ptr<const int32_t>(targets), ptr<const float>(rowmax),
+        ptr<const float>(sums), sh.vl, sh.real, col0, dloss, grad ? 1 : 0);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace zt::kernels::cuda

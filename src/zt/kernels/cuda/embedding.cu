@@ -183,4 +183,67 @@ void embedding_lookup_backward(Tensor& dtable, const Tensor& dout, const Tensor&
   });
 }
 
+namespace {
+
+// Vocabulary-parallel lookups: ids outside [row0, row0 + rows) read (and receive) nothing.
+template <typename T>
+__global__ void range_forward_kernel(T* out, const int32_t* ids, const T* table, int64_t n,
+                                     int64_t C, int64_t row0, int64_t rows) {
+  const int64_t total = n * C;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = i / C;
+    const int64_t r = static_cast<int64_t>(ids[k]) - row0;
+    out[i] = r >= 0 && r < rows ? table[r * C + (i - k * C)] : from_f32<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void range_backward_kernel(float* dtable, const T* dout, const int32_t* ids, int64_t n,
+                                      int64_t C, int64_t row0, int64_t rows) {
+  const int64_t total = n * C;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t k = i / C;
+    const int64_t r = static_cast<int64_t>(ids[k]) - row0;
+    if (r >= 0 && r < rows) atomicAdd(dtable + r * C + (i - k * C), to_f32(dout[i]));
+  }
+}
+
+}  // namespace
+
+void embedding_range_forward(Tensor& out, const Tensor& ids, const Tensor& table, int64_t row0,
+                             const Stream& s) {
+  const char* op = "embedding_range_forward";
+  lookup_check(ids, table, out, op);
+  check_dtype(out, table.dtype(), op, "out");
+  const int64_t n = ids.numel() * table.size(1);
+  if (n == 0) return;
+  DeviceGuard guard(out.device());
+  dispatch_compute(table.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    range_forward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<T>(out), ptr<const int32_t>(ids), ptr<const T>(table), ids.numel(), table.size(1),
+        row0, table.size(0));
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void embedding_range_backward(Tensor& dtable, const Tensor& dout, const Tensor& ids, int64_t row0,
+                              const Stream& s) {
+  const char* op = "embedding_range_backward";
+  lookup_check(ids, dtable, dout, op);
+  check_dtype(dtable, DType::f32, op, "dtable");
+  const int64_t n = ids.numel() * dtable.size(1);
+  if (n == 0) return;
+  DeviceGuard guard(dout.device());
+  dispatch_compute(dout.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    range_backward_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<float>(dtable), ptr<const T>(dout), ptr<const int32_t>(ids), ids.numel(),
+        dtable.size(1), row0, dtable.size(0));
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
 }  // namespace zt::kernels::cuda

@@ -29,6 +29,16 @@ Status tensor_parallel_check(const TransformerConfig& c) {
     return invalid_argument("--tensor-parallel-size {} does not divide {}'s MLP width {}", T,
                             c.model_type, c.inner);
   }
+  if (c.padded_vocab_size % T != 0) {
+    return invalid_argument("--tensor-parallel-size {} does not divide {}'s padded vocabulary {}",
+                            T, c.model_type, c.padded_vocab_size);
+  }
+  if (c.embed_dim != c.hidden || c.task == Task::kMaskedLM) {
+    return invalid_argument(
+        "--tensor-parallel-size: {} ({}) is not supported yet (tensor parallelism splits "
+        "causal decoders whose token table is as wide as the model)",
+        c.model_type, c.task == Task::kMaskedLM ? "a masked-LM head" : "a projected embedding");
+  }
   if (c.tp_rank < 0 || c.tp_rank >= T) {
     return invalid_argument("tensor-parallel rank {} outside a group of {}", c.tp_rank, T);
   }
@@ -40,7 +50,13 @@ Status tensor_parallel_check(const TransformerConfig& c) {
 TransformerEmbedding::TransformerEmbedding(const TransformerConfig& c) : Unit("embedding"), c_(c) {
   const FamilyNames& n = family_names(c.model_type);
   const int64_t E = c.embed_dim;
-  wte_ = &add_param(n.wte + ".weight", {c.padded_vocab_size, E}, ParamInit::kNormal, c.init_std);
+  const int64_t rows = c.padded_vocab_size / c.tp_size;  // (this rank's part of the vocabulary)
+  wte_ = &add_param(n.wte + ".weight", {rows, E}, ParamInit::kNormal, c.init_std);
+  if (c.tp_size > 1) {
+    wte_->slice = ParamSlice{.full = {c.padded_vocab_size, E},
+                             .dim = 0,
+                             .ranges = {{c.tp_rank * rows, (c.tp_rank + 1) * rows}}};
+  }
   if (c.positions == Positions::kLearned) {
     wpe_ = &add_param(n.wpe + ".weight", {c.max_positions + c.position_offset, c.hidden},
                       ParamInit::kNormal, c.position_init_std);
@@ -90,21 +106,32 @@ Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
     return e;
   }
   Tensor e = Tensor::empty({B, T, c_.embed_dim}, ctx.compute_dtype, ctx.device, s);
-  kernels::embedding_lookup_forward(e, tokens, wte_->value, kernels::Accumulate::kWrite, s);
+  const bool split = c_.tp_size > 1;  // each rank looks up its rows; the parts are summed below
+  if (split) {
+    kernels::embedding_range_forward(e, tokens, wte_->value, c_.tp_rank * wte_->shape[0], s);
+  } else {
+    kernels::embedding_lookup_forward(e, tokens, wte_->value, kernels::Accumulate::kWrite, s);
+  }
   if (project_in_) {  // OPT: positions are added after the projection, at the model's width
     sum_ = e;
     e = project_in_->forward(ctx, e).reshape({B, T, c_.hidden});
   }
-  if (wpe_ != nullptr) {
+  // (positions and types join the tensor-parallel sum on rank 0 only)
+  if (wpe_ != nullptr && ctx.tp_rank == 0) {
     kernels::embedding_lookup_forward(e, position_ids(ctx, B, T), wpe_->value,
                                       kernels::Accumulate::kAdd, s);
+  } else if (wpe_ != nullptr) {
+    (void)position_ids(ctx, B, T);  // (backward reads them on every rank)
   }
   if (types_ != nullptr) {
     types_in_ = ctx.token_types != nullptr
                     ? *ctx.token_types
                     : Tensor::zeros({B, T}, DType::i32, ctx.device, s);  // all type 0
-    kernels::embedding_lookup_forward(e, types_in_, types_->value, kernels::Accumulate::kAdd, s);
+    if (ctx.tp_rank == 0) {
+      kernels::embedding_lookup_forward(e, types_in_, types_->value, kernels::Accumulate::kAdd, s);
+    }
   }
+  if (split) tp_all_reduce(ctx, e);
   if (norm_) {
     sum_ = e;
     return norm_->forward(ctx, e);
@@ -140,7 +167,12 @@ Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
     project_in_->backward(ctx, d, sum_, &de);
     d = de;
   }
-  kernels::embedding_lookup_backward(grad_for_add(*wte_, s), d, tokens_, s);
+  if (c_.tp_size > 1) {
+    kernels::embedding_range_backward(grad_for_add(*wte_, s), d, tokens_,
+                                      c_.tp_rank * wte_->shape[0], s);
+  } else {
+    kernels::embedding_lookup_backward(grad_for_add(*wte_, s), d, tokens_, s);
+  }
   tokens_ = types_in_ = sum_ = Tensor();
   return Tensor();
 }
@@ -279,8 +311,14 @@ TransformerHead::TransformerHead(const TransformerConfig& c, TransformerEmbeddin
   if (c.tied == Tied::kYes) {
     add_extra_unit(embedding_unit);
   } else {
-    lm_weight_ = &add_param(n.lm_head + ".weight", {c.padded_vocab_size, c.embed_dim},
-                            ParamInit::kNormal, c.init_std);
+    const int64_t rows = c.padded_vocab_size / c.tp_size;  // (tensor-parallel: this rank's rows)
+    lm_weight_ = &add_param(n.lm_head + ".weight", {rows, c.embed_dim}, ParamInit::kNormal,
+                            c.init_std);
+    if (c.tp_size > 1) {
+      lm_weight_->slice = ParamSlice{.full = {c.padded_vocab_size, c.embed_dim},
+                                     .dim = 0,
+                                     .ranges = {{c.tp_rank * rows, (c.tp_rank + 1) * rows}}};
+    }
   }
 }
 
@@ -327,10 +365,34 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   kernels::matmul_forward(logits_, features_, w, lm_bias_ != nullptr ? &lm_bias_->value : nullptr,
                           s);
   have_dlogits_ = false;
+  ZT_ASSERT(c_.tp_size == 1 || ctx.targets != nullptr,
+            "a tensor-parallel head computes losses, not logits (this rank holds {} of {} "
+            "vocabulary columns); generation and evaluation by logits run without tensor "
+            "parallelism",
+            Vp, c_.padded_vocab_size);
   if (ctx.targets == nullptr) return logits_.reshape({B, T, Vp});
   ZT_ASSERT(ctx.targets->numel() == N, "targets {} for {} positions", ctx.targets->numel(), N);
   Tensor losses = Tensor::empty({N}, acc, ctx.device, s);
   Tensor targets = ctx.targets->reshape({N});
+  if (c_.tp_size > 1) {
+    // Vocabulary-parallel: each rank holds columns [col0, col0 + Vp / T) of the logits; the
+    // softmax's max and sums (and the target's logit) are reduced over the ranks, never the
+    // logits themselves.
+    const int64_t col0 = c_.tp_rank * Vp;
+    Tensor rowmax = Tensor::empty({N}, DType::f32, ctx.device, s);
+    kernels::crossentropy_parallel_max(rowmax, logits_, col0, c_.vocab_size, s);
+    tp_all_reduce(ctx, rowmax, ReduceOp::kMax);
+    Tensor sums = Tensor::empty({N, 2}, DType::f32, ctx.device, s);
+    kernels::crossentropy_parallel_sums(sums, logits_, targets, rowmax, col0, c_.vocab_size, s);
+    tp_all_reduce(ctx, sums);
+    const bool train = ctx.mode == Mode::kTrain;
+    Tensor out = acc == DType::f32 ? losses : Tensor::empty({N}, DType::f32, ctx.device, s);
+    kernels::crossentropy_parallel_finish(out, logits_, targets, rowmax, sums, col0,
+                                          c_.vocab_size, ctx.dloss, train, s);
+    if (acc != DType::f32) kernels::cast(losses, out, s);
+    have_dlogits_ = train;
+    return losses;
+  }
   if (ctx.mode == Mode::kTrain) {
     kernels::crossentropy_fused(losses, logits_, targets, c_.vocab_size, ctx.dloss, s);
     have_dlogits_ = true;
@@ -533,6 +595,8 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
         w.grad, logits_, features_,
         grad_write(w) ? kernels::Accumulate::kWrite : kernels::Accumulate::kAdd, s);
   }
+  // Tensor-parallel: each rank's vocabulary columns gave part of the features' gradient.
+  if (c_.tp_size > 1) tp_all_reduce(ctx, dh);
   // The input of each stage, walking back: the transform reads the projection's output (or the
   // norm's, or x), the projection reads the norm's output (or x).
   const Tensor& before_transform = project_out_ ? projected_ : (final_norm_ ? normed_ : x_);

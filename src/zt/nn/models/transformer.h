@@ -42,9 +42,11 @@ struct TransformerConfig {
   int64_t hidden = 0;
   int64_t head_dim = 0;
   int64_t inner = 0;  // MLP width
-  // Tensor parallelism: this model is rank tp_rank's part of the whole (each block's heads and
-  // MLP width split over tp_size ranks: nn/layers attention.h, mlp.h); the embedding, the norms
-  // and the head stay whole on every rank. n_head, n_kv_head and inner stay the whole model's.
+  // Tensor parallelism: this model is rank tp_rank's part of the whole: each block's heads and
+  // MLP width split over tp_size ranks (nn/layers attention.h, mlp.h), and the vocabulary: the
+  // token table's rows (and an untied LM head's) split in equal parts, the loss computed from
+  // the parts without gathering the logits. The norms and positions stay whole on every rank.
+  // n_head, n_kv_head, inner and padded_vocab_size stay the whole model's.
   int tp_size = 1;
   int tp_rank = 0;
   int vocab_size = 0;
@@ -92,7 +94,7 @@ class TransformerEmbedding : public Unit {
   // GPT-2's shape: token + position tables of one width, positions from row 0, nothing else.
   bool fused() const {
     return wpe_ != nullptr && c_.position_offset == 0 && types_ == nullptr && !norm_ &&
-           !project_in_;
+           !project_in_ && c_.tp_size == 1;
   }
   const TransformerConfig& c_;
   Param* wte_;
