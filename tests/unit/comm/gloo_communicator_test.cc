@@ -301,6 +301,14 @@ TEST(GlooCommunicator, NewGroupsReduceOverTheirMembersOnly) {
     Tensor t = Tensor::from_doubles({static_cast<double>(rank + 1)}, {1}, DType::f32);
     expect_ok(pair.all_reduce(t, ReduceOp::kSum), "group all_reduce");
     EXPECT_EQ(t.to_doubles()[0], static_cast<double>(2 * first + 3)) << "rank " << rank;
+    // A group of a group: its keys nest under the pair's, so the two pairs' sub-groups (and the
+    // job's own first group) never read each other's addresses.
+    auto sub = pair.new_group(std::vector<int>{1, 0});
+    ASSERT_TRUE(sub.is_ok()) << sub.status().message();
+    ASSERT_NE(*sub, nullptr);
+    Tensor u = Tensor::from_doubles({static_cast<double>(10 * (rank + 1))}, {1}, DType::f32);
+    expect_ok((*sub)->all_reduce(u, ReduceOp::kSum), "sub-group all_reduce");
+    EXPECT_EQ(u.to_doubles()[0], static_cast<double>(10 * (2 * first + 3))) << "rank " << rank;
     // Reversed numbering: ranks 3 and 1, so rank 3 is the group's rank 0.
     auto rev = comm->new_group(std::vector<int>{3, 1});
     ASSERT_TRUE(rev.is_ok()) << rev.status().message();

@@ -202,8 +202,9 @@ class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const DistEnv& env, std::shared_ptr<TcpStore> store,
                    std::shared_ptr<gloo::rendezvous::Context> ctx,
-                   std::shared_ptr<GlooErrorState> errors)
-      : env_(env),
+                   std::shared_ptr<GlooErrorState> errors, std::string prefix)
+      : prefix_(std::move(prefix)),
+        env_(env),
         rank_(env.rank),
         world_(env.world_size),
         timeout_(env.timeout),
@@ -234,7 +235,8 @@ class GlooCommunicator final : public Communicator {
     group.world_size = static_cast<int>(ranks.size());
     group.local_rank = index;
     group.local_size = group.world_size;
-    auto c = gloo_create(group, store_, fmt::format("{}group{}/", kKeyPrefix, seq));
+    // Nested under this communicator's own keys: a group's groups never meet the job's.
+    auto c = gloo_create(group, store_, fmt::format("{}group{}/", prefix_, seq));
     if (!c.is_ok()) {
       return c.status().with_context(
           fmt::format("new_group of ranks [{}] (this rank {} of {}): ", fmt::join(ranks, ", "),
@@ -514,6 +516,7 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  const std::string prefix_;  // this communicator's store keys (its groups' nest under it)
   const DistEnv env_;
   const int rank_;
   const int world_;
@@ -605,7 +608,7 @@ Result<std::unique_ptr<Communicator>> gloo_create(const DistEnv& env,
     return context(errors->translate("the barrier that ends creation", e.what()));
   }
   return std::unique_ptr<Communicator>(
-      new GlooCommunicator(env, std::move(store), std::move(ctx), std::move(errors)));
+      new GlooCommunicator(env, std::move(store), std::move(ctx), std::move(errors), prefix));
 }
 
 Result<std::unique_ptr<Communicator>> gloo_communicator_create(const DistEnv& env,

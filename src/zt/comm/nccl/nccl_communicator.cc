@@ -303,7 +303,8 @@ class NcclCommunicator final : public Communicator {
     if (index < 0) return std::unique_ptr<Communicator>();
     if (cudaError_t e = cudaStreamCreateWithFlags(&child->own_stream, cudaStreamNonBlocking);
         e != cudaSuccess) {
-      return unavailable("{}: cudaStreamCreate: {}", op, cudaGetErrorString(e));
+      // (aborted, not finalized: its peers may not get this far)
+      return child->fail_locked(unavailable("{}: cudaStreamCreate: {}", op, cudaGetErrorString(e)));
     }
     return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(child)));
   }
