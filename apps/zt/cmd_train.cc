@@ -156,7 +156,7 @@ const std::vector<FlagSpec> kFlags = {
     {"--tensor-parallel-size", FlagKind::kValue,
      "tensor parallelism (Megatron's): split each block's attention heads and MLP width over T "
      "ranks, which all-reduce the partial results; the ranks form pipe x data x T groups, tensor "
-     "groups adjacent (ZeRO stage 0 or 1, named model sizes, no checkpoints yet)",
+     "groups adjacent (ZeRO stage 0 or 1, no checkpoints yet)",
      "T"},
     {"--partition-method", FlagKind::kValue,
      "pipeline: how units are split into stages: parameters (default: balanced on parameter "
@@ -685,12 +685,6 @@ int cmd_train(const Args& raw_args) {
                                          a.has("--gradient-checkpointing")};
   std::unique_ptr<Engine> single_engine;
   std::unique_ptr<pipe::PipelineEngine> pipeline;
-  if (tensor > 1 && !choice->source_dir.empty()) {
-    return fail(invalid_argument(
-        "--tensor-parallel-size works with the named model sizes for now, not a model directory "
-        "({})",
-        choice->source_dir));
-  }
   if (pipe > 1 || tensor > 1) {
     // Each pipeline buffer's copy of the stage's units comes from a whole model of its own.
     // The same model as `model`: the task's head (reward) and the adapters (LoRA) too; with
@@ -700,11 +694,7 @@ int cmd_train(const Args& raw_args) {
       ZT_ASSIGN_OR_RETURN(ckpt::ModelChoice c, ckpt::model_open(model_name, overrides));
       std::unique_ptr<nn::Transformer> m = std::move(c.model);
       if (shard.tp_size > 1) {
-        nn::TransformerConfig tc = m->transformer_config();
-        tc.tp_size = shard.tp_size;
-        tc.tp_rank = shard.tp_rank;
-        ZT_RETURN_IF_ERROR(nn::tensor_parallel_check(tc));
-        m = std::make_unique<nn::Transformer>(tc);
+        ZT_ASSIGN_OR_RETURN(m, nn::tensor_parallel_part(*m, shard.tp_rank, shard.tp_size));
       }
       if (task == "reward" && m->transformer_config().task == nn::Task::kCausalLM) {
         m = tasks::reward_model_from(*m);

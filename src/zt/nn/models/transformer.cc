@@ -1,6 +1,7 @@
 #include "zt/nn/models/transformer.h"
 
 #include <cmath>
+#include <map>
 
 #include "zt/nn/hf/hf_config.h"
 #include "zt/nn/models/family_names.h"
@@ -43,6 +44,28 @@ Status tensor_parallel_check(const TransformerConfig& c) {
     return invalid_argument("tensor-parallel rank {} outside a group of {}", c.tp_rank, T);
   }
   return Status::ok();
+}
+
+Result<std::unique_ptr<Transformer>> tensor_parallel_part(const Transformer& whole, int tp_rank,
+                                                          int tp_size) {
+  TransformerConfig c = whole.transformer_config();
+  c.tp_size = tp_size;
+  c.tp_rank = tp_rank;
+  ZT_RETURN_IF_ERROR(tensor_parallel_check(c));
+  auto part = std::make_unique<Transformer>(c);
+  part->set_source_config(whole.source_config());
+  std::map<std::string, std::shared_ptr<const ParamSource>> sources;
+  for (const auto& u : whole.units()) {
+    for (Param* p : u->params()) {
+      if (p->source) sources[p->name] = p->source;
+    }
+  }
+  for (auto& u : part->units()) {
+    for (Param* p : u->params()) {
+      if (auto it = sources.find(p->name); it != sources.end()) p->source = it->second;
+    }
+  }
+  return part;
 }
 
 // ---- embedding: token table (+ learned positions) (+ token types) (+ norm) (+ projection)

@@ -78,7 +78,15 @@ int padded_vocab(int vocab);
 // Whether `c` splits over c.tp_size tensor-parallel ranks: its heads, key/value heads and MLP
 // width are multiples of tp_size (key/value heads fewer than the ranks would have to be
 // replicated, which is not supported yet). Errors name the numbers and the flag.
-Status tensor_parallel_check(const TransformerConfig& c);  // rounds up to 64 (tiny vocabularies) or 128
+Status tensor_parallel_check(const TransformerConfig& c);
+
+class Transformer;
+// Tensor-parallel rank tp_rank's part of `whole` (tensor_parallel_check's errors): the same
+// model with the split layers' parts, whose weights, when `whole` reads them from a model
+// directory's files, come from the same files (each part reads its elements of the whole
+// parameters: ParamSlice).
+Result<std::unique_ptr<Transformer>> tensor_parallel_part(const Transformer& whole, int tp_rank,
+                                                          int tp_size);  // rounds up to 64 (tiny vocabularies) or 128
 
 class Transformer;
 
