@@ -310,11 +310,10 @@ int cmd_train(const Args& raw_args) {
             f));
       }
     }
-    if (a.get("--task").value_or("pretrain") == "mlm") {
-      // BERT attends both ways: every stage would need the padding mask, which stages do not
-      // pass on yet (the causal tasks need none: padding is never read at a counted position).
+    if (tensor > 1 && a.get("--task").value_or("pretrain") == "mlm") {
       return fail(invalid_argument(
-          "--pipeline-parallel-size trains --task pretrain, sft and reward; not --task mlm yet"));
+          "--tensor-parallel-size does not split BERT's masked-LM head yet: train --task mlm "
+          "with data or pipeline parallelism"));
     }
   }
 
@@ -857,7 +856,8 @@ int cmd_train(const Args& raw_args) {
       // The first and the last stage draw the batch's micro-batches, in order.
       auto loss = pipeline->train_batch([&]() -> Result<pipe::MicroBatch> {
         ZT_ASSIGN_OR_RETURN(Batch b, next_batch());
-        return pipe::MicroBatch{.tokens = b.tokens, .targets = b.targets};
+        return pipe::MicroBatch{
+            .tokens = b.tokens, .targets = b.targets, .attention_mask = b.attention_mask};
       });
       if (!loss) {
         bar.finish();

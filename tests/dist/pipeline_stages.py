@@ -29,8 +29,9 @@ the bound is 2e-3 (observed ~6e-7 for pipelines, where the same GEMM shapes run 
 Fine-tuning on a pipeline (llama-tiny, 4 micro-batches): SFT on prompt/response records, SFT
 with LoRA adapters alone trained and dropout 0.1 (the masks follow the micro-step as the engine
 counts them), and the reward model on prompt/chosen/rejected pairs, each within 1e-5 of the
-single-process run of the same task; --task mlm (whose encoder needs the padding mask on every
-stage) is refused.
+single-process run of the same task; and BERT's masked-LM pre-training (the bert_mlm fixture)
+on padded rows, whose padding mask every stage's bidirectional attention reads (it travels with
+the activations); --task mlm with tensor parallelism is refused.
 
 Checkpoints: a pipeline's checkpoint holds the whole model (a file per data-parallel rank and
 stage, each unit under the whole model's number with the stage that saved it), so a PP=2 save at
@@ -95,6 +96,25 @@ def make_jsonl():
 
 
 SFT_DATA, PAIRS_DATA = make_jsonl()
+BERT_DIR = os.path.join(SRC, "tests", "fixtures", "hf", "bert_mlm")
+
+
+def make_mlm_jsonl():
+    """Records of 6..30 ids of a chain between [CLS]=2 and [SEP]=3 (ids 0..9 are specials), one
+    padded row each: rows of different lengths, so every micro-batch has padding."""
+    rng = random.Random(7)
+    path = os.path.join(TMP, "mlm.jsonl")
+    with open(path, "w") as f:
+        for _ in range(STEPS * BATCH):
+            t, ids = rng.randrange(10, 250), []
+            for _ in range(rng.randrange(6, 31)):
+                t = 10 + (t * 7 + rng.choice([0, 0, 0, 1])) % 240
+                ids.append(t)
+            f.write(json.dumps({"input_ids": [2] + ids + [3]}) + "\n")
+    return path
+
+
+MLM_DATA = make_mlm_jsonl()
 
 
 def config(name, stage, gas, bf16=False):
@@ -251,10 +271,18 @@ try:
         got = run(f"{tag}_pp2", 2, cfg, "llama-tiny", args + ["--pipeline-parallel-size", "2"],
                   data=data)[1]
         compare(f"{label} on pp2", ref, got, 1e-5)
-    p = run("refuse_mlm", 2, config("refuse_mlm", 0, 4), "llama-tiny",
-            ["--task", "mlm", "--pipeline-parallel-size", "2"], expect_fail=True)
-    check("refuses --task mlm with a pipeline", p.returncode != 0 and "not --task mlm" in p.stderr,
-          p.stderr.strip().splitlines()[-1:])
+    # BERT's masked-LM pre-training on padded rows: the padding mask travels with the
+    # activations, so the middle and last stages' bidirectional attention skips the padding too.
+    cfg = config("task_mlm", 0, 4)
+    mlm_args = ["--task", "mlm", "--mask-id", "4"]
+    ref = run("mlm_one", 1, cfg, BERT_DIR, mlm_args, data=MLM_DATA)[1]
+    got = run("mlm_pp4", 4, cfg, BERT_DIR, mlm_args + ["--pipeline-parallel-size", "4"],
+              data=MLM_DATA)[1]
+    compare("mlm on pp4 (padded rows; the middle stages receive the mask)", ref, got, 1e-5)
+    p = run("refuse_mlm_tp", 2, config("refuse_mlm_tp", 0, 4), BERT_DIR,
+            mlm_args + ["--tensor-parallel-size", "2"], expect_fail=True, data=MLM_DATA)
+    check("refuses --task mlm with tensor parallelism", p.returncode != 0 and
+          "masked-LM head" in p.stderr, p.stderr.strip().splitlines()[-1:])
 
     # Checkpoints: a pipeline's checkpoint is the whole model's (one file per data-parallel rank
     # and stage), so it resumes on the pipeline, on one process, and a one-process checkpoint

@@ -19,17 +19,20 @@ struct PipelineEngine::Buffer {
   Tensor grad_in;   // the received gradient of the output
   Tensor grad_out;  // the gradient of the input, to send back
   Tensor targets;   // the last stage's targets (device)
+  Tensor mask;      // the padding mask (device; undefined: none), loaded or received
   int64_t counted = 0;  // targets counted in the loss (not kIgnoreTarget)
   nn::Context ctx;      // the passes' context: targets and dloss of this micro-batch
 };
 
 namespace {
 
-// The shape and dtype message before a batch's first activation: dtype, ndim, dims.
-constexpr int64_t kMetaLen = 2 + Shape::kMaxDims;
+// The shape and dtype message before a batch's first activation: dtype, ndim, dims, and whether
+// a padding mask follows each activation.
+constexpr int64_t kMetaLen = 3 + Shape::kMaxDims;
 
-Tensor meta_of(const Tensor& t, Device dev) {
+Tensor meta_of(const Tensor& t, bool mask, Device dev) {
   std::vector<double> v(kMetaLen, 0.0);
+  v[kMetaLen - 1] = mask ? 1.0 : 0.0;
   v[0] = static_cast<double>(static_cast<int>(t.dtype()));
   v[1] = t.ndim();
   for (int i = 0; i < t.ndim(); ++i) v[static_cast<size_t>(2 + i)] = static_cast<double>(t.size(i));
@@ -340,10 +343,19 @@ Status PipelineEngine::execute(const Instruction& in,
         ZT_ASSIGN_OR_RETURN(b->counted, check_ids(mb.targets, vocab, true, in.micro_batch));
         b->targets = mb.targets.to(dev, stream);
       }
+      if (mb.attention_mask.defined() && (mb.attention_mask.dtype() != DType::i32 ||
+                                          !(mb.attention_mask.shape() == mb.tokens.shape()))) {
+        return invalid_argument(
+            "pipeline micro-batch {}: the attention mask must be (batch, seq) i32 like the tokens "
+            "{}, got {}",
+            in.micro_batch, mb.tokens.shape().str(), mb.attention_mask.shape().str());
+      }
+      b->mask = mb.attention_mask.defined() ? mb.attention_mask.to(dev, stream) : Tensor();
       return Status::ok();
     }
     case Op::kForwardPass: {
       b->ctx = engine_->train_context();
+      b->ctx.attention_mask = b->mask.defined() ? &b->mask : nullptr;
       if (last) {
         b->ctx.targets = &b->targets;
         b->ctx.dloss =
@@ -391,11 +403,14 @@ Status PipelineEngine::execute(const Instruction& in,
     }
     case Op::kSendActivation: {
       if (!sent_meta_) {
-        step_keep_.push_back(meta_of(b->output, dev));
+        step_keep_.push_back(meta_of(b->output, b->mask.defined(), dev));
         step_handles_.push_back(world.send(step_keep_.back(), grid_.next_stage_rank, stream));
         sent_meta_ = true;
       }
       step_handles_.push_back(world.send(b->output, grid_.next_stage_rank, stream));
+      if (b->mask.defined()) {
+        step_handles_.push_back(world.send(b->mask, grid_.next_stage_rank, stream));
+      }
       return Status::ok();
     }
     case Op::kRecvActivation: {
@@ -409,12 +424,19 @@ Status PipelineEngine::execute(const Instruction& in,
         for (int i = 0; i < ndim; ++i) dims.push_back(static_cast<int64_t>(v[static_cast<size_t>(2 + i)]));
         act_shape_ = Shape(dims);
         act_dtype_ = static_cast<DType>(static_cast<int>(v[0]));
+        recv_mask_ = v[kMetaLen - 1] != 0.0;
         got_meta_ = true;
       }
       b->input = Tensor::empty(act_shape_, act_dtype_, dev, stream);
       CommHandle h = world.recv(b->input, grid_.prev_stage_rank, stream);
-      if (dev.is_cpu()) return h.wait();  // the forward reads it next
-      step_handles_.push_back(std::move(h));
+      if (dev.is_cpu()) ZT_RETURN_IF_ERROR(h.wait());  // the forward reads it next
+      if (!dev.is_cpu()) step_handles_.push_back(std::move(h));
+      if (recv_mask_) {  // (its rows and positions are the activation's first two dims)
+        b->mask = Tensor::empty({act_shape_[0], act_shape_[1]}, DType::i32, dev, stream);
+        CommHandle m = world.recv(b->mask, grid_.prev_stage_rank, stream);
+        if (dev.is_cpu()) return m.wait();
+        step_handles_.push_back(std::move(m));
+      }
       return Status::ok();
     }
     case Op::kSendGrad:

@@ -75,6 +75,9 @@ struct PipelineOptions {
 struct MicroBatch {
   Tensor tokens;
   Tensor targets;
+  // (batch, seq) i32, 1 a real token and 0 padding; undefined: every position is real. Every
+  // stage's attention reads it: it travels with the activations.
+  Tensor attention_mask{};
 };
 
 class PipelineEngine {
@@ -146,6 +149,7 @@ class PipelineEngine {
   std::vector<CommHandle> step_handles_;  // sends (and GPU receives) of the current step
   std::vector<Tensor> step_keep_;         // what those sends read that no buffer holds
   bool sent_meta_ = false, got_meta_ = false;
+  bool recv_mask_ = false;  // the batch's activations come with their padding mask
   Shape act_shape_{};  // the activation this stage receives (from the batch's first message)
   DType act_dtype_ = DType::f32;
   double loss_sum_ = 0;
