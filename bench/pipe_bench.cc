@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
         factory, *cfg,
         {.stages = stages,
          .partition_method = method,
+         .seq_len = seq,
          .engine = {.device = device, .seed = 1, .comm = &world},
          .time_passes = true});
     if (!pe.is_ok()) die(pe.status().message());

@@ -160,7 +160,8 @@ const std::vector<FlagSpec> kFlags = {
      "T"},
     {"--partition-method", FlagKind::kValue,
      "pipeline: how units are split into stages: parameters (default: balanced on parameter "
-     "counts), uniform, or type:REGEX (balanced on the units whose class matches)",
+     "counts), uniform, type:REGEX (balanced on the units whose class matches), or compute "
+     "(ZeroTrain's: balanced on each unit's forward FLOPs at --seq-len)",
      "METHOD"},
     {"--help", FlagKind::kSwitch, "this help"},
 };
@@ -707,6 +708,7 @@ int cmd_train(const Args& raw_args) {
          .tensor = tensor,
          .partition_method = a.get("--partition-method").value_or(
              std::string(pipe::kDefaultPartitionMethod)),
+         .seq_len = *seq,
          .engine = engine_options});
     if (!p) return fail(p.status());
     pipeline = std::move(p).value();

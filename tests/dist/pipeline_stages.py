@@ -7,7 +7,7 @@ a step, sequential order).
 Layouts: gpt2-tiny (tied head: the last stage holds a copy of the embedding, whose gradient the
 two stages sum) at PP=2, PP=4, PP=2 x DP=2 at ZeRO stages 0 and 1, PP=2 with one micro-batch a
 step (fewer than the stages: a warning names the bubble), PP=2 with activation checkpointing,
-PP=4 with the uniform partition; llama-tiny (RMSNorm, SwiGLU, rotary, grouped-query attention)
+PP=4 with the uniform partition, PP=2 with the compute partition; llama-tiny (RMSNorm, SwiGLU, rotary, grouped-query attention)
 at PP=2 and PP=2 x DP=2; and bf16 + AdamW with a warm-up schedule at PP=2 x DP=2, ZeRO 1.
 Tensor parallelism (each block's heads and MLP width split; the ranks all-reduce the partial
 outputs and input gradients): TP=2 on both families (GPT-2's biases added once, Llama's
@@ -217,6 +217,7 @@ if not QUICK:
         ("gpt2_pp2_dp2_s0", "gpt2-tiny", 4, 2, 1, 0, 4, [], False),
         ("gpt2_pp2_checkpointing", "gpt2-tiny", 2, 2, 1, 0, 4, ["--gradient-checkpointing"], False),
         ("gpt2_pp4_uniform", "gpt2-tiny", 4, 4, 1, 1, 4, ["--partition-method", "uniform"], False),
+        ("gpt2_pp2_compute", "gpt2-tiny", 2, 2, 1, 0, 4, ["--partition-method", "compute"], False),
         ("llama_pp4", "llama-tiny", 4, 4, 1, 1, 4, [], False),
         ("gpt2_tp4", "gpt2-tiny", 4, 1, 4, 0, 4, [], False),
         ("llama_pp2_tp2_bf16_adamw", "llama-tiny", 4, 2, 2, 1, 4, [], True),

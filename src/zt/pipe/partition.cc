@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <typeinfo>
@@ -70,13 +71,15 @@ Result<PartitionMethod> parse_partition_method(std::string_view method) {
   const std::string m = ascii_lower(method);
   if (m == "uniform") return PartitionMethod{.kind = PartitionKind::kUniform};
   if (m == "parameters") return PartitionMethod{.kind = PartitionKind::kParameters};
+  if (m == "compute") return PartitionMethod{.kind = PartitionKind::kCompute};
   if (m.starts_with("type:")) {
     const std::string rest = m.substr(5);
     return PartitionMethod{.kind = PartitionKind::kType,
                            .type_regex = rest.substr(0, rest.find(':'))};
   }
   return invalid_argument(
-      "partition_method '{}' is not supported; use 'uniform', 'parameters' or 'type:<regex>'",
+      "partition_method '{}' is not supported; use 'uniform', 'parameters', 'type:<regex>' or "
+      "'compute'",
       method);
 }
 
@@ -156,6 +159,17 @@ Result<std::vector<int64_t>> partition_weights(std::span<const UnitInfo> units,
   }
   if (method.kind == PartitionKind::kUniform) {
     for (int64_t& w : weights) w = 1;
+    return weights;
+  }
+  if (method.kind == PartitionKind::kCompute) {
+    for (size_t i = 0; i < units.size(); ++i) {
+      if (units[i].flops < 0) {
+        return invalid_argument(
+            "partition_method 'compute' needs each unit's FLOPs, which are known for the "
+            "transformer families only; use 'parameters', 'uniform' or 'type:<regex>'");
+      }
+      weights[i] = static_cast<int64_t>(std::llround(units[i].flops / 1e3));  // kFLOP: exact sums
+    }
     return weights;
   }
   // Case-insensitive search, as DeepSpeed compiles the regex with IGNORECASE and calls search().

@@ -6,7 +6,11 @@
 //   "uniform"      the same number of units per stage (partition_uniform);
 //   "parameters"   (the default) balanced on each unit's trainable parameter count;
 //   "type:<regex>" balanced on weight 1 for each unit whose type name the regex finds
-//                  (searched, not anchored; case-insensitive), 0 for the others.
+//                  (searched, not anchored; case-insensitive), 0 for the others;
+//   "compute"      (ZeroTrain's own, not DeepSpeed's) balanced on each unit's forward FLOPs
+//                  (UnitInfo::flops, which the caller estimates: the flops profiler's count
+//                  for transformers), so a stage whose head multiplies by a large vocabulary
+//                  gets fewer blocks: what the bubble measures (docs/performance.md).
 // Balancing is DeepSpeed's partition_balanced: a dynamic programme over (units, stages) that
 // keeps, per state, the split minimising max - min of the stage weights, later splits winning
 // ties. It is a heuristic: on rare inputs another partition has a smaller max - min, and we
@@ -31,6 +35,7 @@ namespace zt::pipe {
 struct UnitInfo {
   std::string type_name;         // the class name ("TransformerBlock"), what type:<regex> matches
   int64_t trainable_params = 0;  // parameter elements, 0 for a frozen unit
+  double flops = -1;             // forward FLOPs of a micro-batch ("compute"); < 0: unknown
 };
 
 // Every unit of `model` in order: its C++ class name without namespaces (the counterpart of a
@@ -39,7 +44,7 @@ struct UnitInfo {
 // listed too: whoever places stages must keep each with the unit that reads it.
 std::vector<UnitInfo> describe_units(const nn::Model& model);
 
-enum class PartitionKind : unsigned char { kUniform, kParameters, kType };
+enum class PartitionKind : unsigned char { kUniform, kParameters, kType, kCompute };
 
 struct PartitionMethod {
   PartitionKind kind = PartitionKind::kParameters;

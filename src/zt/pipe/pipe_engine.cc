@@ -9,6 +9,7 @@
 
 #include "zt/core/log.h"
 #include "zt/pipe/partition.h"
+#include "zt/runtime/flops_profiler.h"
 
 namespace zt::pipe {
 
@@ -101,6 +102,15 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   const std::vector<UnitInfo> all = describe_units(*first);
   std::vector<UnitInfo> infos;
   for (int u : running) infos.push_back(all[static_cast<size_t>(u)]);
+  // Each unit's forward FLOPs for a micro-batch (the "compute" method), where the model is one of
+  // the transformer families (others leave them unknown).
+  if (const auto* t = dynamic_cast<const nn::Transformer*>(first.get())) {
+    const std::vector<UnitCost> costs = transformer_forward_costs(
+        *t, config.train_micro_batch_size_per_gpu, std::max<int64_t>(1, options.seq_len));
+    for (size_t k = 0; k < running.size(); ++k) {
+      infos[k].flops = costs[static_cast<size_t>(running[k])].flops;
+    }
+  }
   auto parts = partition_units(infos, S, options.partition_method);
   if (!parts.is_ok()) {
     return parts.status().with_context(fmt::format(

@@ -61,6 +61,8 @@ struct PipelineOptions {
   int stages = 1;                                   // --pipeline-parallel-size
   int tensor = 1;                                   // --tensor-parallel-size
   std::string partition_method = std::string(kDefaultPartitionMethod);
+  // The sequence length the "compute" partition estimates each unit's FLOPs at.
+  int64_t seq_len = 1024;
   // device, seed, activation checkpointing; comm is the whole job's communicator (every rank),
   // or null for one process. The engine sets the data-parallel and model-parallel groups.
   EngineOptions engine{};

@@ -14,6 +14,8 @@
 
 #include "zt/nn/model.h"
 #include "zt/nn/models/gpt2.h"
+#include "zt/nn/models/registry.h"
+#include "zt/runtime/flops_profiler.h"
 
 namespace zt::pipe {
 namespace {
@@ -307,6 +309,40 @@ TEST(PipePartition, DescribesAModelsUnits) {
   units = describe_units(model);
   EXPECT_EQ(units[1].trainable_params, 0);
   EXPECT_EQ(units[2].trainable_params, 12 * C * C + 13 * C);
+}
+
+// "compute" (ZeroTrain's method) balances the units' forward FLOPs. Oracle: GPT-2 124M's units
+// at sequence 1024, whose FLOPs the flops profiler counts (the head multiplies by the 50,257-wide
+// vocabulary, about 4.5 blocks' worth; the embedding is a lookup): over two stages the split
+// leaves the stages' FLOPs closer than the parameter and uniform splits do, with more blocks
+// on the first stage, and a unit of unknown FLOPs is refused by name.
+TEST(PipePartition, ComputeBalancesForwardFlops) {
+  ASSERT_EQ(parse_partition_method("Compute")->kind, PartitionKind::kCompute);
+  auto c = nn::model_config_named("gpt2");
+  ASSERT_TRUE(c.is_ok());
+  nn::Transformer model(*c);
+  std::vector<UnitInfo> units = describe_units(model);
+  const std::vector<UnitCost> costs = transformer_forward_costs(model, 8, 1024);
+  ASSERT_EQ(costs.size(), units.size());
+  for (size_t u = 0; u < units.size(); ++u) units[u].flops = costs[u].flops;
+  auto spread = [&](const std::vector<int>& parts) {  // max - min of the stages' FLOPs
+    std::vector<double> f(parts.size() - 1, 0.0);
+    for (size_t s = 0; s + 1 < parts.size(); ++s) {
+      for (int u = parts[s]; u < parts[s + 1]; ++u) f[s] += units[static_cast<size_t>(u)].flops;
+    }
+    return *std::max_element(f.begin(), f.end()) - *std::min_element(f.begin(), f.end());
+  };
+  auto compute = partition_units(units, 2, "compute");
+  auto params = partition_units(units, 2, "parameters");
+  auto uniform = partition_units(units, 2, "uniform");
+  ASSERT_TRUE(compute.is_ok() && params.is_ok() && uniform.is_ok()) << compute.status().message();
+  EXPECT_GT((*compute)[1], (*uniform)[1]) << "the head's stage should get fewer blocks";
+  EXPECT_LT(spread(*compute), 0.5 * spread(*uniform));
+  EXPECT_LT(spread(*compute), 0.5 * spread(*params));
+  units[3].flops = -1;  // unknown (a model outside the transformer families)
+  auto unknown = partition_units(units, 2, "compute");
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(unknown.status().message().find("FLOPs"), std::string::npos);
 }
 
 }  // namespace
