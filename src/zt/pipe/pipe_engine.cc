@@ -276,6 +276,7 @@ Result<double> PipelineEngine::train_batch(const std::function<Result<MicroBatch
   sent_meta_ = got_meta_ = false;
   loss_sum_ = 0;
   loss_count_ = 0;
+  pending_losses_.clear();
   in_flight_ = peak_activations_ = 0;
   busy_ms_ = 0;
   const auto batch_start = std::chrono::steady_clock::now();
@@ -384,13 +385,10 @@ Status PipelineEngine::execute(const Instruction& in,
       b->ctx.tp_pending = &tp_pending_;
       b->output = model->forward(b->ctx, b->input, nullptr);
       peak_activations_ = std::max(peak_activations_, ++in_flight_);
-      if (last) {
-        double sum = 0;
-        for (double v : b->output.to_doubles()) sum += v;
-        // Rounded to float as Engine::forward returns it, so one stage reports what the engine does.
-        loss_sum_ += b->counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(b->counted));
-        ++loss_count_;
-      }
+      // The per-token losses are read at the optimizer step, all at once: reading each
+      // micro-batch's here would make the host wait for every forward before it queues the
+      // backward (the tensor keeps them; the fused backward overwrites only the logits).
+      if (last) pending_losses_.emplace_back(b->output, b->counted);
       return Status::ok();
     }
     case Op::kBackwardPass: {
@@ -472,6 +470,15 @@ Status PipelineEngine::execute(const Instruction& in,
       return engine_->zero_state().reduce_grads();
     case Op::kOptimizerStep: {
       // The last stage's mean loss over the micro-batches, on every stage of the pipeline.
+      for (const auto& [losses, counted] : pending_losses_) {
+        double sum = 0;
+        for (double v : losses.to_doubles()) sum += v;
+        // Rounded to float as Engine::forward returns it, so one stage reports what the engine
+        // does.
+        loss_sum_ += counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
+        ++loss_count_;
+      }
+      pending_losses_.clear();
       Tensor loss = Tensor::from_doubles(
           {loss_count_ > 0 ? loss_sum_ / loss_count_ : 0.0}, {1}, DType::f64, dev);
       ZT_RETURN_IF_ERROR(

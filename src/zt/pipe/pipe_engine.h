@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "zt/comm/communicator.h"
@@ -156,6 +157,9 @@ class PipelineEngine {
   DType act_dtype_ = DType::f32;
   double loss_sum_ = 0;
   int loss_count_ = 0;
+  // The last stage's per-token losses of each micro-batch and its counted targets, read at the
+  // optimizer step.
+  std::vector<std::pair<Tensor, int64_t>> pending_losses_;
   int in_flight_ = 0, peak_activations_ = 0;
   bool time_passes_ = false;
   double batch_ms_ = 0, busy_ms_ = 0;
