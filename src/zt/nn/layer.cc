@@ -44,6 +44,10 @@ void Unit::bind_grads(const Tensor& flat_grad, bool unwritten, const Stream& s) 
   }
 }
 
+void Unit::mark_grads_unwritten() {
+  for (auto& p : params_) p->grad_unwritten = p->grad.defined();
+}
+
 void Unit::clear_unwritten_grads(const Stream& s) {
   for (auto& p : params_) {
     if (p->grad_unwritten) (void)grad_for_add(*p, s);

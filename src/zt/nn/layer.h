@@ -90,6 +90,9 @@ class Unit {
   void bind_grads(const Tensor& flat_grad, bool unwritten = false, const Stream& s = {});
   // Clears the gradients no op wrote in this backward (a parameter the pass did not reach).
   void clear_unwritten_grads(const Stream& s);
+  // Marks the bound gradients as holding no values (the next backward's first op on each writes
+  // it), without touching the buffer: for a buffer whose gaps and tail are already zero.
+  void mark_grads_unwritten();
   void bind(const Tensor& flat_value, const Tensor& flat_grad) {
     bind_values(flat_value);
     bind_grads(flat_grad);

@@ -258,6 +258,9 @@ std::string PipelineEngine::describe() const {
 }
 
 void PipelineEngine::bind_copies() {
+  // The copies add into the buffers the model's own units write first: whichever runs the
+  // batch's first backward, it adds to zeros.
+  engine_->zero_state().clear_unwritten_grads();
   auto& states = engine_->zero_state().units();
   for (size_t k = 1; k < models_.size(); ++k) {
     auto& units = models_[k]->units();

@@ -649,9 +649,28 @@ Status ZeroState::publish_params(bool lowp_written, bool with_frozen) {
 }
 
 void ZeroState::zero_grads() {
-  for (auto& u : units_) {
-    if (u.grad.defined()) u.grad.zero(options_.stream);
+  for (size_t i = 0; i < units_.size(); ++i) {
+    UnitState& u = units_[i];
+    if (u.grad.defined()) {
+      if (options_.stage <= 1) {
+        // Not cleared: the next backward's first op on each parameter writes its gradient (a
+        // weight GEMM with beta 0 reads no C), the others clear what they add to, and
+        // after_backward clears what no op reached. The gaps between parameters were zeroed at
+        // start-up and nothing writes them.
+        model_.units()[i]->mark_grads_unwritten();
+      } else {
+        u.grad.zero(options_.stream);
+      }
+    }
     if (u.grad_shard.defined()) u.shard_stale = true;  // the next reduction overwrites it
+  }
+}
+
+void ZeroState::clear_unwritten_grads() {
+  for (size_t i = 0; i < units_.size(); ++i) {
+    if (!units_[i].grad.defined()) continue;
+    units_[i].grad.zero(options_.stream);  // one clear per unit, not one per parameter
+    model_.units()[i]->bind_grads(units_[i].grad);
   }
 }
 
@@ -953,6 +972,13 @@ void ZeroState::before_backward(int unit) {
 }
 
 void ZeroState::after_backward(int unit) {
+  if (options_.stage <= 1 && !boundary_) {
+    // A micro-step that does not reduce: what no op of this pass wrote is zero from now on.
+    model_.units()[unit]->clear_unwritten_grads(options_.stream);
+    for (int e : model_.units()[unit]->extra_units()) {
+      if (model_.units()[e]->passive()) model_.units()[e]->clear_unwritten_grads(options_.stream);
+    }
+  }
   if (options_.stage >= 2 || boundary_) {
     bucket_unit(unit);
     // A passive unit's gradient (adapters) is complete once the unit that reads it is done.

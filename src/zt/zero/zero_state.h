@@ -271,7 +271,12 @@ class ZeroState : public nn::UnitHooks {
   // persistent units at stage 3).
   // `with_frozen`: the frozen units' chunks too (start-up only: they never change after).
   Status publish_params(bool lowp_written, bool with_frozen = false);
+  // Starts the next accumulation: stages 0-1 leave the buffers' values and mark the gradients
+  // unwritten (Param::grad_unwritten), stages 2-3 clear what is bound.
   void zero_grads();
+  // Clears every gradient still marked unwritten (for a caller that adds into the buffers
+  // through other bindings of them, such as the pipeline's copies of its units).
+  void clear_unwritten_grads();
   // Stage 3 on a GPU, after the optimizer step: starts the gather of the next forward's first
   // unit on the communication stream, so it runs while the host reads the step back and makes
   // the next batch (nothing computes before that gather, so it would otherwise be exposed).
