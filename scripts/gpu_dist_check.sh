@@ -77,9 +77,10 @@
 #       LoRA the GPU (1 byte a parameter a GPU for the bf16 base) and, in a 10-minute call, the
 #       start-up (each rank draws its half of the initial values, ~200M a second: 5 min at 119B).
 #   (l) pipeline and tensor parallelism (docs/parallelism.md): `zt train --pipeline-parallel-size
-#       2` and `--tensor-parallel-size 2` on the two GPUs against the 1-GPU run (gpt2-tiny, fp32
+#       2`, `--tensor-parallel-size 2` and the latter with `--sequence-parallel` on the two GPUs
+#       against the 1-GPU run (gpt2-tiny, fp32
 #       SGD, 4 micro-batches a step, losses and gradient norms within 1e-4 relative; the groups,
-#       sends and all-reduces over NCCL), tensor parallelism's tokens/s next to ZeRO-1 data
+#       sends and all-reduces over NCCL), tensor (and sequence) parallelism's tokens/s next to ZeRO-1 data
 #       parallelism (ZT_DIST_TP_MODELS, default "gpt2 gpt-1.3b"), then zt_bench_pipe
 #       (ZT_DIST_PIPE_MODELS, default "gpt2:8 gpt-1.3b:2" as model:micro-batch; seq
 #       ZT_DIST_PIPE_SEQ, micro-batch counts ZT_DIST_PIPE_COUNTS, default 1,2,4,8,16): each
@@ -836,6 +837,9 @@ EOF
     >"$pl/pp2.log" 2>&1 || { l_rc=1; echo "pipeline run failed:"; tail -3 "$pl/pp2.log"; }
   zt_launch 180 "$bin"/zt "${train[@]}" --tensor-parallel-size 2 --metrics-out "$pl/tp2.jsonl" \
     >"$pl/tp2.log" 2>&1 || { l_rc=1; echo "tensor-parallel run failed:"; tail -3 "$pl/tp2.log"; }
+  zt_launch 180 "$bin"/zt "${train[@]}" --tensor-parallel-size 2 --sequence-parallel \
+    --metrics-out "$pl/tp2sp.jsonl" >"$pl/tp2sp.log" 2>&1 ||
+    { l_rc=1; echo "sequence-parallel run failed:"; tail -3 "$pl/tp2sp.log"; }
   python3 - "$pl" <<'PY' || l_rc=1
 # The same check as tests/dist/pipeline_stages.py, at part (b)'s GPU tolerance (1e-4).
 import json, sys
@@ -843,7 +847,8 @@ pl, ok_all = sys.argv[1], True
 def steps(path):
     return [r for r in map(json.loads, open(path)) if r.get("type") != "run"]
 a = steps(f"{pl}/w1.jsonl")
-for name, label in (("pp2", "pipeline"), ("tp2", "tensor-parallel")):
+for name, label in (("pp2", "pipeline"), ("tp2", "tensor-parallel"),
+                    ("tp2sp", "tensor + sequence-parallel")):
     try:
         b = steps(f"{pl}/{name}.jsonl")
     except OSError:
@@ -866,9 +871,10 @@ PY
  "zero_optimization": {"stage": 1}}
 EOF
   for m in ${ZT_DIST_TP_MODELS:-gpt2 gpt-1.3b}; do
-    for layout in tp2 dp2; do
+    for layout in tp2 tp2sp dp2; do
       extra=()
       [[ $layout == tp2 ]] && extra=(--tensor-parallel-size 2)
+      [[ $layout == tp2sp ]] && extra=(--tensor-parallel-size 2 --sequence-parallel)
       zt_launch 150 "$bin"/zt train --config "$pl/tput.json" --model "$m" \
         --seq-len "${ZT_DIST_PIPE_SEQ:-1024}" \
         --steps 15 --sample-tokens 0 "${ck_dev[@]}" "${extra[@]}" \

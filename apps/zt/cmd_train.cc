@@ -158,6 +158,11 @@ const std::vector<FlagSpec> kFlags = {
      "ranks, which all-reduce the partial results; the ranks form pipe x data x T groups, tensor "
      "groups adjacent (ZeRO stage 0 or 1, no checkpoints yet)",
      "T"},
+    {"--sequence-parallel", FlagKind::kSwitch,
+     "with --tensor-parallel-size T: each rank runs the norms and residual adds on 1/T of the "
+     "tokens (Megatron's sequence parallelism), attention and the MLP all-gather their input and "
+     "reduce-scatter their output instead of all-reducing it (pretrain and sft; the sequence "
+     "length a multiple of T)"},
     {"--partition-method", FlagKind::kValue,
      "pipeline: how units are split into stages: parameters (default: balanced on parameter "
      "counts), uniform, type:REGEX (balanced on the units whose class matches), or compute "
@@ -297,6 +302,20 @@ int cmd_train(const Args& raw_args) {
       }
     }
   }
+  if (a.has("--sequence-parallel")) {
+    if (tensor < 2) {
+      return fail(invalid_argument(
+          "--sequence-parallel splits the tokens of a tensor-parallel group: it needs "
+          "--tensor-parallel-size 2 or more"));
+    }
+    const std::string task = a.get("--task").value_or("pretrain");
+    if (task != "pretrain" && task != "sft") {
+      return fail(invalid_argument(
+          "--sequence-parallel works with --task pretrain and sft (the {} head reads whole rows); "
+          "train --task {} with --tensor-parallel-size alone",
+          task, task));
+    }
+  }
   if (a.has("--partition-method") && pipe == 1) {
     return fail(invalid_argument("--partition-method needs --pipeline-parallel-size P above 1"));
   }
@@ -399,6 +418,12 @@ int cmd_train(const Args& raw_args) {
   if (*seq > mc.max_positions) {
     return fail(invalid_argument("--seq-len {} exceeds {}'s context of {}", *seq, model_name,
                                  mc.max_positions));
+  }
+  if (a.has("--sequence-parallel") && *seq % tensor != 0) {
+    return fail(invalid_argument(
+        "--sequence-parallel splits each row's {} positions over --tensor-parallel-size {}: use "
+        "a --seq-len that is a multiple of {}",
+        *seq, tensor, tensor));
   }
 
   // Ranks: from the launcher's environment (zt launch, deepspeed, torchrun, mpirun, srun).
@@ -706,6 +731,7 @@ int cmd_train(const Args& raw_args) {
         factory, *cfg,
         {.stages = pipe,
          .tensor = tensor,
+         .sequence_parallel = a.has("--sequence-parallel"),
          .partition_method = a.get("--partition-method").value_or(
              std::string(pipe::kDefaultPartitionMethod)),
          .seq_len = *seq,
@@ -790,6 +816,7 @@ int cmd_train(const Args& raw_args) {
     nlohmann::json rr = run_record(engine, model, *seq, data_path);
     rr["pipeline_parallel_size"] = pipe;  // (world_size: the data-parallel ranks)
     rr["tensor_parallel_size"] = tensor;
+    rr["sequence_parallel"] = a.has("--sequence-parallel");
     if (Status s = metrics.write(rr); !s.is_ok()) {
       return fail(s);
     }

@@ -14,7 +14,11 @@ outputs and input gradients): TP=2 on both families (GPT-2's biases added once, 
 grouped-query heads and [gate | up] rows split), TP=4, TP=2 x DP=2 at ZeRO 1, PP=2 x TP=2, and
 PP=2 x TP=2 x DP=2 on 8 ranks; llama PP=2 x TP=2 in bf16 with AdamW; the llama fixture
 directory (its weights read by each part from the whole files; an untied head split by rows) at
-TP=2 and PP=2 x TP=2.
+TP=2 and PP=2 x TP=2. Sequence parallelism (--sequence-parallel: each tensor rank keeps half
+the tokens outside attention and the MLP, which all-gather their input and reduce-scatter their
+output; the norms' gradients summed over the group; the stages send the halves): TP=2 on both
+families, PP=2 x TP=2 x DP=2 at ZeRO 1 on 8 ranks, TP=4, the llama fixture at PP=2 x TP=2, and
+TP=2 with activation checkpointing (the recompute gathers again).
 
 Oracle: the single-process run (tests/dist/zero_equivalence.py's argument): SGD with momentum
 and weight decay is linear in the gradients, and a pipeline computes every micro-batch's
@@ -211,6 +215,10 @@ LAYOUTS = [
     # A model directory's weights, each tensor-parallel part read from the whole files.
     ("llama_fixture_tp2", LLAMA_DIR, 2, 1, 2, 0, 4, [], False),
     ("llama_fixture_pp2_tp2", LLAMA_DIR, 4, 2, 2, 0, 4, [], False),
+    # Sequence parallelism: norms, residual adds and the stages' messages on half the tokens.
+    ("gpt2_tp2_sp", "gpt2-tiny", 2, 1, 2, 0, 4, ["--sequence-parallel"], False),
+    ("llama_tp2_sp", "llama-tiny", 2, 1, 2, 0, 4, ["--sequence-parallel"], False),
+    ("gpt2_pp2_tp2_sp_dp2_s1", "gpt2-tiny", 8, 2, 2, 1, 4, ["--sequence-parallel"], False),
 ]
 if not QUICK:
     LAYOUTS += [
@@ -221,6 +229,10 @@ if not QUICK:
         ("llama_pp4", "llama-tiny", 4, 4, 1, 1, 4, [], False),
         ("gpt2_tp4", "gpt2-tiny", 4, 1, 4, 0, 4, [], False),
         ("llama_pp2_tp2_bf16_adamw", "llama-tiny", 4, 2, 2, 1, 4, [], True),
+        ("gpt2_tp4_sp", "gpt2-tiny", 4, 1, 4, 0, 4, ["--sequence-parallel"], False),
+        ("llama_fixture_pp2_tp2_sp", LLAMA_DIR, 4, 2, 2, 0, 4, ["--sequence-parallel"], False),
+        ("gpt2_tp2_sp_checkpointing", "gpt2-tiny", 2, 1, 2, 0, 4,
+         ["--sequence-parallel", "--gradient-checkpointing"], False),
     ]
 
 try:
@@ -246,8 +258,11 @@ try:
         last = [line for line in stage_lines if f"stage {pp - 1} of {pp}" in line]
         tied = model in ("gpt2-tiny", "llama-tiny")  # (the fixture directory's head is untied)
         copies = ["holds a copy of embedding" in line for line in last]
+        sp = "--sequence-parallel" in extra
         check(name + " stage log", len(stage_lines) == pp * tp and len(last) == tp and
-              all(c == (tied and pp > 1) for c in copies), f"{len(stage_lines)} stage lines")
+              all(c == (tied and pp > 1) for c in copies) and
+              all(("sequence-parallel" in line) == sp for line in stage_lines),
+              f"{len(stage_lines)} stage lines")
         if gas < pp:
             check(name + " bubble warning", "the bubble" in log, "warning printed")
         compare(name, refs[key], steps, 2e-3 if bf16 else 1e-5)
@@ -343,6 +358,15 @@ try:
             ["--tensor-parallel-size", "2", "--save", os.path.join(TMP, "ck_tp")], expect_fail=True)
     check("refuses --save with tensor parallelism", p.returncode != 0 and "--save does not work "
           "with --tensor-parallel-size" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_sp_alone", 2, config("refuse_sp_alone", 0, 4), "gpt2-tiny",
+            ["--pipeline-parallel-size", "2", "--sequence-parallel"], expect_fail=True)
+    check("refuses --sequence-parallel without tensor parallelism", p.returncode != 0 and
+          "needs --tensor-parallel-size 2 or more" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_sp_seq", 2, config("refuse_sp_seq", 0, 4), "gpt2-tiny",
+            ["--tensor-parallel-size", "2", "--sequence-parallel", "--seq-len", "31"],
+            expect_fail=True)
+    check("refuses a sequence length the tensor size does not divide", p.returncode != 0 and
+          "multiple of 2" in p.stderr, p.stderr.strip().splitlines()[-1:])
     p = run("refuse_async", 2, config("refuse_async", 0, 4), "gpt2-tiny",
             ["--pipeline-parallel-size", "2", "--save", os.path.join(TMP, "ck"), "--save-async"],
             expect_fail=True)

@@ -83,11 +83,13 @@ std::vector<std::pair<int64_t, int64_t>> slice_runs(const ParamSlice& s, int64_t
   return out;
 }
 
-void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op) {
-  if (ctx.tp_size <= 1 || ctx.tp_comm == nullptr) return;
-  CommHandle h = ctx.tp_comm->all_reduce(t, op, ctx.stream);
+namespace {
+
+// A tensor-parallel collective just issued: on the CPU waited for now (the caller reads its
+// result next), a failure kept for the engine to report; on a GPU ordered on the stream, its
+// handle left to the engine.
+void tp_finish(Context& ctx, CommHandle h) {
   if (ctx.device.is_cpu()) {
-    // The caller reads it next: wait now, and keep a failure for the engine to report.
     Status st = h.wait();
     if (!st.is_ok() && ctx.tp_pending != nullptr) ctx.tp_pending->push_back(CommHandle::ready(st));
     return;
@@ -97,6 +99,54 @@ void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op) {
   } else {
     (void)h.wait();  // (no engine to hand it to: a test driving layers directly)
   }
+}
+
+// The shape of the whole tensor for a part (`whole`) or of a part for the whole: the sequence
+// dimension of (B, S, ...), the rows of a 2-D tensor, times or over the group's size.
+Shape sp_shape(const Tensor& t, int tp, bool whole) {
+  std::vector<int64_t> d = t.shape().to_vector();
+  const size_t i = d.size() >= 3 ? 1 : 0;
+  if (whole) {
+    d[i] *= tp;
+  } else {
+    ZT_ASSERT(d[i] % tp == 0,
+              "sequence parallelism: {} {} do not split over {} tensor-parallel ranks; use a "
+              "sequence length that is a multiple of --tensor-parallel-size",
+              d[i], i == 1 ? "positions" : "rows", tp);
+    d[i] /= tp;
+  }
+  return Shape(d);
+}
+
+}  // namespace
+
+void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op) {
+  if (ctx.tp_size <= 1 || ctx.tp_comm == nullptr) return;
+  tp_finish(ctx, ctx.tp_comm->all_reduce(t, op, ctx.stream));
+}
+
+Tensor sp_gather(Context& ctx, const Tensor& part) {
+  Tensor whole = Tensor::empty(sp_shape(part, ctx.tp_size, true), part.dtype(), ctx.device,
+                               ctx.stream);
+  tp_finish(ctx, ctx.tp_comm->all_gather(whole, part, ctx.stream));
+  return whole;
+}
+
+Tensor sp_reduce_scatter(Context& ctx, const Tensor& whole, const Tensor& into) {
+  const Shape shape = sp_shape(whole, ctx.tp_size, false);
+  ZT_ASSERT(!into.defined() || into.numel() == shape.numel(),
+            "sequence parallelism: {} elements for a part of {}", into.numel(), shape.str());
+  Tensor part = into.defined() ? into.reshape(shape)
+                               : Tensor::empty(shape, whole.dtype(), ctx.device, ctx.stream);
+  tp_finish(ctx, ctx.tp_comm->reduce_scatter(part, whole, ReduceOp::kSum, ctx.stream));
+  return part;
+}
+
+Tensor sp_part_of(Context& ctx, const Tensor& whole) {
+  const Shape shape = sp_shape(whole, ctx.tp_size, false);
+  Tensor part = Tensor::empty(shape, whole.dtype(), ctx.device, ctx.stream);
+  part.copy_from(whole.view(ctx.tp_rank * shape.numel(), shape), ctx.stream);
+  return part;
 }
 
 }  // namespace zt::nn

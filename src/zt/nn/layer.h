@@ -52,10 +52,30 @@ struct Context {
   int tp_size = 1;
   Communicator* tp_comm = nullptr;
   std::vector<CommHandle>* tp_pending = nullptr;
+  // Sequence parallelism (Megatron's, on top of tensor parallelism): outside attention and the
+  // MLP each rank keeps 1/tp_size of the tokens and runs the norms and the residual adds on those
+  // alone. A rank's part is a run of the flattened (batch x sequence) token rows, rank r's rows
+  // [r N/T, (r+1) N/T), labelled (B, S/T, C); the per-token work outside the tensor-parallel
+  // layers never looks across tokens, so any equal split serves, and this one is contiguous (the
+  // collectives need no permutes). Attention and the MLP all-gather their input and
+  // reduce-scatter their output where tensor parallelism alone all-reduces it.
+  bool sequence_parallel = false;
 };
 
 // Sums (or maxes) `t` over the tensor-parallel group in place (nothing without one).
 void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op = ReduceOp::kSum);
+
+// Sequence parallelism (Context::sequence_parallel): whether this pass splits the tokens.
+inline bool sp_on(const Context& ctx) {
+  return ctx.sequence_parallel && ctx.tp_size > 1 && ctx.tp_comm != nullptr;
+}
+// The whole tensor (B, S, ...) from every rank's part (B, S/T, ...) (2-D: (N/T, C) -> (N, C)).
+Tensor sp_gather(Context& ctx, const Tensor& part);
+// The sum over the group of every rank's `whole` (B, S, ...), this rank's rows of it (written
+// into `into` when given).
+Tensor sp_reduce_scatter(Context& ctx, const Tensor& whole, const Tensor& into = Tensor());
+// This rank's rows of a tensor every rank holds whole and equal (no communication).
+Tensor sp_part_of(Context& ctx, const Tensor& whole);
 
 class Unit {
  public:

@@ -75,8 +75,15 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
         "is {}; DeepSpeed refuses it too): use stage 0 or 1 with --pipeline-parallel-size",
         config.zero.stage);
   }
+  if (options.sequence_parallel && options.tensor < 2) {
+    return invalid_argument(
+        "--sequence-parallel splits the tokens of a tensor-parallel group: it needs "
+        "--tensor-parallel-size 2 or more (got {})",
+        options.tensor);
+  }
   std::unique_ptr<PipelineEngine> pe(new PipelineEngine());
   pe->config_ = config;
+  pe->sequence_parallel_ = options.sequence_parallel;
   if (options.engine.comm == nullptr) {
     auto c = communicator_create(DistEnv{}, options.engine.device);
     if (!c.is_ok()) return c.status();
@@ -249,8 +256,8 @@ std::string PipelineEngine::describe() const {
   }
   const std::string tensor =
       grid_.slice_parallel_size > 1
-          ? fmt::format(", tensor-parallel rank {} of {}", grid_.slice_rank,
-                        grid_.slice_parallel_size)
+          ? fmt::format(", tensor-parallel rank {} of {}{}", grid_.slice_rank,
+                        grid_.slice_parallel_size, sequence_parallel_ ? ", sequence-parallel" : "")
           : std::string();
   return fmt::format("{} ranks as {}; stage {} of {} (data-parallel index {}{}): units {}{}",
                      topology_->world_size(), topology_->describe(), grid_.stage_id,
@@ -386,6 +393,7 @@ Status PipelineEngine::execute(const Instruction& in,
       b->ctx.tp_size = grid_.slice_parallel_size;
       b->ctx.tp_comm = tp_comm_.get();
       b->ctx.tp_pending = &tp_pending_;
+      b->ctx.sequence_parallel = sequence_parallel_;
       b->output = model->forward(b->ctx, b->input, nullptr);
       peak_activations_ = std::max(peak_activations_, ++in_flight_);
       // The per-token losses are read at the optimizer step, all at once: reading each

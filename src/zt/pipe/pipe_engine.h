@@ -61,6 +61,9 @@ using ModelFactory = std::function<Result<std::unique_ptr<nn::Model>>(const Mode
 struct PipelineOptions {
   int stages = 1;                                   // --pipeline-parallel-size
   int tensor = 1;                                   // --tensor-parallel-size
+  // --sequence-parallel: with tensor > 1, the norms and residual adds on 1/tensor of the tokens
+  // each (nn::Context::sequence_parallel).
+  bool sequence_parallel = false;
   std::string partition_method = std::string(kDefaultPartitionMethod);
   // The sequence length the "compute" partition estimates each unit's FLOPs at.
   int64_t seq_len = 1024;
@@ -162,6 +165,7 @@ class PipelineEngine {
   std::vector<std::pair<Tensor, int64_t>> pending_losses_;
   int in_flight_ = 0, peak_activations_ = 0;
   bool time_passes_ = false;
+  bool sequence_parallel_ = false;
   double batch_ms_ = 0, busy_ms_ = 0;
 };
 

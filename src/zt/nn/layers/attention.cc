@@ -62,7 +62,10 @@ Attention::Attention(Unit& unit, const AttentionNames& names, const AttentionCon
             config.n_kv_heads);
 }
 
-Tensor Attention::forward(Context& ctx, const Tensor& x, const Tensor* residual) {
+Tensor Attention::forward(Context& ctx, const Tensor& x_in, const Tensor* residual) {
+  // Sequence-parallel: x_in and the residual are this rank's tokens; the heads read them all.
+  const bool sp = sp_on(ctx) && ctx.kv_cache == nullptr;
+  const Tensor x = sp ? sp_gather(ctx, x_in) : x_in;
   const int64_t B = x.size(0), T = x.size(1);
   const int NH = config_.n_heads;
   const int64_t HS = config_.head_dim, A = NH * HS;
@@ -91,7 +94,13 @@ Tensor Attention::forward(Context& ctx, const Tensor& x, const Tensor* residual)
     att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
     kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
   }
-  // Tensor-parallel: each rank's output is a partial sum; the residual joins it once.
+  // Tensor-parallel: each rank's output is a partial sum; the residual joins it once (after the
+  // reduce-scatter when sequence-parallel: each rank's residual is its own tokens').
+  if (sp) {
+    Tensor y = sp_reduce_scatter(ctx, out_.forward(ctx, atty_, nullptr).reshape(x.shape()));
+    if (residual != nullptr) kernels::add_inplace(y, residual->reshape(y.shape()), s);
+    return y;
+  }
   Tensor y = out_.forward(ctx, atty_, ctx.tp_rank == 0 ? residual : nullptr);
   tp_all_reduce(ctx, y);
   return y.reshape({B, T, config_.hidden});
@@ -130,7 +139,12 @@ Tensor Attention::forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int
   return out.reshape({B, T, config_.hidden});
 }
 
-void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {
+void Attention::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in, Tensor& dx) {
+  // Sequence-parallel: the inputs are this rank's tokens; the heads' backward reads them all, and
+  // the input's gradient is reduce-scattered back to this rank's tokens.
+  const bool sp = sp_on(ctx);
+  const Tensor x = sp ? sp_gather(ctx, x_in) : x_in;
+  const Tensor dout = sp ? sp_gather(ctx, dout_in) : dout_in;
   const int64_t B = x.size(0), T = x.size(1);
   const int NH = config_.n_heads;
   const int64_t A = NH * config_.head_dim;
@@ -151,8 +165,15 @@ void Attention::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tens
     kernels::qkv_expand_backward(draw, dqkv, NH, config_.n_kv_heads, cos, sin, 0, s);
     dqkv = draw;
   }
-  qkv_.backward(ctx, dqkv, x, &dx);
-  tp_all_reduce(ctx, dx);  // (each rank's heads gave part of the input's gradient)
+  // (each rank's heads gave part of the input's gradient)
+  if (sp) {
+    Tensor dwhole = Tensor::empty(x.shape(), dt, ctx.device, s);
+    qkv_.backward(ctx, dqkv, x, &dwhole);
+    sp_reduce_scatter(ctx, dwhole, dx);
+  } else {
+    qkv_.backward(ctx, dqkv, x, &dx);
+    tp_all_reduce(ctx, dx);
+  }
   release();
 }
 

@@ -47,28 +47,43 @@ Tensor Mlp::activate(Context& ctx, const Tensor& h) const {
   return a;
 }
 
-Tensor Mlp::forward(Context& ctx, const Tensor& x, const Tensor* residual) {
+Tensor Mlp::forward(Context& ctx, const Tensor& x_in, const Tensor* residual) {
+  // Tensor-parallel: partial sums, the residual joined once: on rank 0 before the all-reduce, or
+  // (sequence-parallel: x_in and the residual are this rank's tokens; the width reads them all)
+  // each rank's own after the reduce-scatter.
+  const bool sp = sp_on(ctx);
+  const Tensor x = sp ? sp_gather(ctx, x_in) : x_in;
+  const Tensor* joined = sp || ctx.tp_rank != 0 ? nullptr : residual;
+  Tensor y;
   if (config_.gated == Gated::kNo && up_.fusable()) {
     // The activation in the up projection's GEMM (cuBLASLt's epilogue on CUDA).
-    Tensor y = down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_),
-                             ctx.tp_rank == 0 ? residual : nullptr);
-    tp_all_reduce(ctx, y);  // (tensor-parallel: partial sums, the residual joined once)
+    y = down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_), joined);
+  } else {
+    h_ = up_.forward(ctx, x);
+    y = down_.forward(ctx, activate(ctx, h_), joined);
+  }
+  if (!sp) {
+    tp_all_reduce(ctx, y);
     return y;
   }
-  h_ = up_.forward(ctx, x);
-  Tensor y = down_.forward(ctx, activate(ctx, h_), ctx.tp_rank == 0 ? residual : nullptr);
-  tp_all_reduce(ctx, y);
+  y = sp_reduce_scatter(ctx, y.reshape(x.shape()));
+  if (residual != nullptr) kernels::add_inplace(y, residual->reshape(y.shape()), ctx.stream);
   return y;
 }
 
-void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx) {
+void Mlp::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in, Tensor& dx_out) {
+  // Sequence-parallel: the inputs are this rank's tokens, gathered; the input's gradient is
+  // reduce-scattered back to them.
+  const bool sp = sp_on(ctx);
+  const Tensor x = sp ? sp_gather(ctx, x_in) : x_in;
+  const Tensor dout = sp ? sp_gather(ctx, dout_in) : dout_in;
+  Tensor dx = sp ? Tensor::empty(x.shape(), ctx.compute_dtype, ctx.device, ctx.stream) : dx_out;
   const int64_t N = h_.size(0);
   if (config_.gated == Gated::kNo && down_.fusable()) {
     // The activation's backward in the down projection's din GEMM: no separate da.
     Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
     down_.backward_act(ctx, dout, activate(ctx, h_), h_, config_.act, dh);
     up_.backward(ctx, dh, x, &dx);
-    tp_all_reduce(ctx, dx);
   } else {
     Tensor da = Tensor::empty({N, config_.inner}, ctx.compute_dtype, ctx.device, ctx.stream);
     down_.backward(ctx, dout, activate(ctx, h_), &da);
@@ -79,6 +94,10 @@ void Mlp::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx
       kernels::activation_backward(dh, da, h_, config_.act, ctx.stream);
     }
     up_.backward(ctx, dh, x, &dx);
+  }
+  if (sp) {
+    sp_reduce_scatter(ctx, dx, dx_out);
+  } else {
     tp_all_reduce(ctx, dx);
   }
   release();

@@ -44,14 +44,30 @@ void Norm::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& d
   Tensor dres2;
   if (dresidual != nullptr) dres2 = dresidual->reshape(rows);
   const Tensor* dres = dresidual != nullptr ? &dres2 : nullptr;
-  if (kind_ == NormKind::kLayerNorm) {
-    kernels::layernorm_backward(din2, grad_for_add(*weight_, ctx.stream),
-                                grad_for_add(*bias_, ctx.stream), dout.reshape(rows),
-                                x.reshape(rows), weight_->value, mean_, rstd_, dres, ctx.stream);
+  // Sequence-parallel: this rank's tokens give part of the weight's and bias's gradients; the
+  // parts are summed over the group (in one collective) before they join the gradients.
+  const bool sp = sp_on(ctx) && weight_->grad.defined();
+  Tensor parts, dw, db;
+  if (sp) {
+    const int n = bias_ != nullptr ? 2 : 1;
+    parts = Tensor::zeros({n * width_}, weight_->grad.dtype(), ctx.device, ctx.stream);
+    dw = parts.view(0, {width_});
+    if (bias_ != nullptr) db = parts.view(width_, {width_});
   } else {
-    kernels::rmsnorm_backward(din2, grad_for_add(*weight_, ctx.stream), dout.reshape(rows),
-                              x.reshape(rows),
-                              weight_->value, rstd_, dres, ctx.stream);
+    dw = grad_for_add(*weight_, ctx.stream);
+    if (bias_ != nullptr) db = grad_for_add(*bias_, ctx.stream);
+  }
+  if (kind_ == NormKind::kLayerNorm) {
+    kernels::layernorm_backward(din2, dw, db, dout.reshape(rows), x.reshape(rows), weight_->value,
+                                mean_, rstd_, dres, ctx.stream);
+  } else {
+    kernels::rmsnorm_backward(din2, dw, dout.reshape(rows), x.reshape(rows), weight_->value,
+                              rstd_, dres, ctx.stream);
+  }
+  if (sp) {
+    tp_all_reduce(ctx, parts);
+    kernels::add_inplace(grad_for_add(*weight_, ctx.stream), dw, ctx.stream);
+    if (bias_ != nullptr) kernels::add_inplace(grad_for_add(*bias_, ctx.stream), db, ctx.stream);
   }
 }
 

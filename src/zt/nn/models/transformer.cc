@@ -154,7 +154,11 @@ Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
       kernels::embedding_lookup_forward(e, types_in_, types_->value, kernels::Accumulate::kAdd, s);
     }
   }
-  if (split) tp_all_reduce(ctx, e);
+  if (split && sp_on(ctx) && first == 0) {
+    e = sp_reduce_scatter(ctx, e);  // (sequence-parallel: the sum, this rank's tokens only)
+  } else if (split) {
+    tp_all_reduce(ctx, e);
+  }
   if (norm_) {
     sum_ = e;
     return norm_->forward(ctx, e);
@@ -181,6 +185,7 @@ Tensor TransformerEmbedding::backward(Context& ctx, const Tensor& dout) {
     norm_->release();
     d = dsum;
   }
+  if (c_.tp_size > 1 && sp_on(ctx)) d = sp_gather(ctx, d);  // (every token's, for the lookups)
   if (wpe_ != nullptr) kernels::embedding_lookup_backward(grad_for_add(*wpe_, s), d, pos_ids_, s);
   if (types_ != nullptr) {
     kernels::embedding_lookup_backward(grad_for_add(*types_, s), d, types_in_, s);
@@ -374,6 +379,12 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   x_ = x.reshape({N, c_.hidden});
   Tensor h = x_;
   if (final_norm_) h = normed_ = final_norm_->forward(ctx, h);
+  // Sequence-parallel: x is this rank's tokens; the vocabulary's columns are computed for all.
+  const bool sp = sp_on(ctx) && ctx.kv_cache == nullptr;
+  ZT_ASSERT(!sp || !transform_, "sequence parallelism does not split BERT's masked-LM head");
+  gathered_ = sp ? sp_gather(ctx, h) : Tensor();
+  if (sp) h = gathered_;
+  const int64_t rows = h.size(0);
   if (project_out_) h = projected_ = project_out_->forward(ctx, h);
   if (transform_) {
     t_pre_ = transform_->forward(ctx, h);
@@ -384,7 +395,7 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   features_ = h;
   const Tensor& w = table().value;
   const int64_t Vp = w.size(0);
-  logits_ = Tensor::empty({N, Vp}, dt, ctx.device, s);
+  logits_ = Tensor::empty({rows, Vp}, dt, ctx.device, s);
   kernels::matmul_forward(logits_, features_, w, lm_bias_ != nullptr ? &lm_bias_->value : nullptr,
                           s);
   have_dlogits_ = false;
@@ -394,22 +405,22 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
             "parallelism",
             Vp, c_.padded_vocab_size);
   if (ctx.targets == nullptr) return logits_.reshape({B, T, Vp});
-  ZT_ASSERT(ctx.targets->numel() == N, "targets {} for {} positions", ctx.targets->numel(), N);
-  Tensor losses = Tensor::empty({N}, acc, ctx.device, s);
-  Tensor targets = ctx.targets->reshape({N});
+  ZT_ASSERT(ctx.targets->numel() == rows, "targets {} for {} positions", ctx.targets->numel(), rows);
+  Tensor losses = Tensor::empty({rows}, acc, ctx.device, s);
+  Tensor targets = ctx.targets->reshape({rows});
   if (c_.tp_size > 1) {
     // Vocabulary-parallel: each rank holds columns [col0, col0 + Vp / T) of the logits; the
     // softmax's max and sums (and the target's logit) are reduced over the ranks, never the
     // logits themselves.
     const int64_t col0 = c_.tp_rank * Vp;
-    Tensor rowmax = Tensor::empty({N}, DType::f32, ctx.device, s);
+    Tensor rowmax = Tensor::empty({rows}, DType::f32, ctx.device, s);
     kernels::crossentropy_parallel_max(rowmax, logits_, col0, c_.vocab_size, s);
     tp_all_reduce(ctx, rowmax, ReduceOp::kMax);
-    Tensor sums = Tensor::empty({N, 2}, DType::f32, ctx.device, s);
+    Tensor sums = Tensor::empty({rows, 2}, DType::f32, ctx.device, s);
     kernels::crossentropy_parallel_sums(sums, logits_, targets, rowmax, col0, c_.vocab_size, s);
     tp_all_reduce(ctx, sums);
     const bool train = ctx.mode == Mode::kTrain;
-    Tensor out = acc == DType::f32 ? losses : Tensor::empty({N}, DType::f32, ctx.device, s);
+    Tensor out = acc == DType::f32 ? losses : Tensor::empty({rows}, DType::f32, ctx.device, s);
     kernels::crossentropy_parallel_finish(out, logits_, targets, rowmax, sums, col0,
                                           c_.vocab_size, ctx.dloss, train, s);
     if (acc != DType::f32) kernels::cast(losses, out, s);
@@ -428,6 +439,7 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
 // BERT's classifier: pooled = tanh(W_p x[:, 0] + b_p); logits = W_c pooled + b_c (B, labels).
 // With targets (B) i32 (negative: not counted) it returns per-row losses (B).
 Tensor TransformerHead::forward_classify(Context& ctx, const Tensor& x) {
+  ZT_ASSERT(!sp_on(ctx), "sequence parallelism does not split the classifier's rows");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
   const Stream& s = ctx.stream;
@@ -508,6 +520,7 @@ Tensor upload_doubles(const Context& ctx, const std::vector<double>& v, const Sh
 //     over pairs has d/dr_chosen = -2 dloss sigmoid(-(r_c - r_r)) and d/dr_rejected the opposite.
 // Only the scored rows go through the final norm and the head when targets are given.
 Tensor TransformerHead::forward_reward(Context& ctx, const Tensor& x) {
+  ZT_ASSERT(!sp_on(ctx), "sequence parallelism does not split the reward head's rows");
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), N = B * T;
   const DType dt = ctx.compute_dtype, acc = kernels::accum_dtype(dt);
   const Stream& s = ctx.stream;
@@ -619,11 +632,18 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
         grad_write(w) ? kernels::Accumulate::kWrite : kernels::Accumulate::kAdd, s);
   }
   // Tensor-parallel: each rank's vocabulary columns gave part of the features' gradient.
-  if (c_.tp_size > 1) tp_all_reduce(ctx, dh);
+  // Sequence-parallel, the sum is needed on this rank's tokens only, unless a projection (whose
+  // weight every rank holds whole) reads all of it first.
+  const bool sp = gathered_.defined();
+  if (sp && !project_out_) {
+    dh = sp_reduce_scatter(ctx, dh);
+  } else if (c_.tp_size > 1) {
+    tp_all_reduce(ctx, dh);
+  }
   // The input of each stage, walking back: the transform reads the projection's output (or the
-  // norm's, or x), the projection reads the norm's output (or x).
-  const Tensor& before_transform = project_out_ ? projected_ : (final_norm_ ? normed_ : x_);
-  const Tensor& before_project = final_norm_ ? normed_ : x_;
+  // norm's, or x), the projection reads the norm's output (or x); gathered when sequence-parallel.
+  const Tensor& before_project = sp ? gathered_ : final_norm_ ? normed_ : x_;
+  const Tensor& before_transform = project_out_ ? projected_ : before_project;
   if (transform_) {
     Tensor dact = Tensor::empty(t_act_.shape(), dt, ctx.device, s);
     transform_norm_->backward(ctx, dh, t_act_, dact, nullptr);
@@ -637,7 +657,7 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
   if (project_out_) {
     Tensor din = Tensor::empty(before_project.shape(), dt, ctx.device, s);
     project_out_->backward(ctx, dh, before_project, &din);
-    dh = din;
+    dh = sp ? sp_part_of(ctx, din) : din;
   }
   Tensor dx = dh;
   if (final_norm_) {
@@ -645,7 +665,7 @@ Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
     final_norm_->backward(ctx, dh, x_, dx, nullptr);
     final_norm_->release();
   }
-  x_ = normed_ = projected_ = t_pre_ = t_act_ = features_ = logits_ = Tensor();
+  x_ = normed_ = gathered_ = projected_ = t_pre_ = t_act_ = features_ = logits_ = Tensor();
   have_dlogits_ = false;
   return dx.reshape(in_shape_);
 }

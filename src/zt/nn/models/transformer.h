@@ -170,7 +170,7 @@ class TransformerHead : public Unit {
   Param* lm_weight_ = nullptr;  // untied
   Param* lm_bias_ = nullptr;
   Shape in_shape_;
-  Tensor x_, normed_, projected_, t_pre_, t_act_, features_, logits_;
+  Tensor x_, normed_, gathered_, projected_, t_pre_, t_act_, features_, logits_;
   Tensor first_, pooled_pre_;  // sequence classification: the rows' first tokens, pre-tanh
   std::optional<Linear> score_;       // reward: the value head
   std::vector<int64_t> score_at_;     // reward: flat positions (b*T + t) of the scored rows
