@@ -11,7 +11,7 @@
 //                 [--zero-keys '"reduce_bucket_size": 5e7, "overlap_comm": true']
 //                 [--ds-keys '"aio": {"queue_depth": 32}']
 //                 [--gradient-checkpointing] [--lora-dim R [--lora-alpha A] [--only-optimize-lora]]
-//                 [--kernel-trace N]
+//                 [--kernel-trace N] [--cuda-graph]
 //
 // --gradient-checkpointing: activation checkpointing (EngineOptions::activation_checkpointing, as
 // `zt train --gradient-checkpointing`): each block keeps only its input and recomputes the rest
@@ -24,6 +24,9 @@
 // parameter and 4 per frozen one (forward and input gradient; a frozen weight has no weight
 // gradient), the same convention as bench/llama_torch.py --lora; recomputation is not counted.
 //
+// --cuda-graph: each step is Engine::train_batch with EngineOptions::cuda_graph (the whole step
+// captured as a CUDA graph after the engine's two warm-up steps, then replayed); the JSON line
+// says "cuda_graph": true.
 // --kernel-trace N: after the timed steps, N more steps run under CUPTI's activity tracing and
 // the GPU time of each kernel (summed by name, per step) goes to stderr as a table and into the
 // JSON line as "kernels" (the timed steps are not traced), followed by the GPU's idle stretches
@@ -78,6 +81,7 @@ struct Args {
   std::string zero_keys;       // more zero_optimization keys, as JSON members ("k": v, ...)
   std::string ds_keys;         // more top-level keys ("aio": {...}, "wall_clock_breakdown": ...)
   bool checkpointing = false;  // --gradient-checkpointing
+  bool cuda_graph = false;     // --cuda-graph
   int kernel_trace = 0;        // --kernel-trace N
   int lora_dim = 0;            // 0: no adapters
   float lora_alpha = 1.0f;
@@ -94,6 +98,10 @@ Args parse(int argc, char** argv) {
     // Switches (no value).
     if (k == "--gradient-checkpointing") {
       a.checkpointing = true;
+      continue;
+    }
+    if (k == "--cuda-graph") {
+      a.cuda_graph = true;
       continue;
     }
     if (k == "--only-optimize-lora") {
@@ -251,7 +259,11 @@ int run(int argc, char** argv) {
   const bool print = env->rank == 0;
   auto engine = zt::initialize(
       model, *cfg,
-      {.device = *dev, .seed = 1, .comm = comm.get(), .activation_checkpointing = a.checkpointing});
+      {.device = *dev,
+       .seed = 1,
+       .comm = comm.get(),
+       .activation_checkpointing = a.checkpointing,
+       .cuda_graph = a.cuda_graph});
   if (!engine) {
     std::fprintf(stderr, "%s\n", engine.status().message().c_str());
     return 1;
@@ -297,25 +309,33 @@ int run(int argc, char** argv) {
     if (s == a.warmup) zt::allocator_reset_peak(*dev);
     phase("start", s);
     start.record(e.stream());
-    auto loss = e.forward(tok, tgt);
-    phase("forward", s);
-    if (!loss) {
-      std::fprintf(stderr, "%s\n", loss.status().message().c_str());
-      return false;
+    if (a.cuda_graph) {
+      // The whole step in one call (replayed as a CUDA graph after the engine's warm-up).
+      if (auto st = e.train_batch(tok, tgt); !st.is_ok()) {
+        std::fprintf(stderr, "%s\n", st.message().c_str());
+        return false;
+      }
+    } else {
+      auto loss = e.forward(tok, tgt);
+      phase("forward", s);
+      if (!loss) {
+        std::fprintf(stderr, "%s\n", loss.status().message().c_str());
+        return false;
+      }
+      if (auto st = e.backward(*loss); !st.is_ok()) {
+        std::fprintf(stderr, "%s\n", st.message().c_str());
+        return false;
+      }
+      phase("backward", s);
+      if (auto st = e.step(); !st.is_ok()) {
+        std::fprintf(stderr, "%s\n", st.message().c_str());
+        return false;
+      }
+      phase("step", s);
     }
-    if (auto st = e.backward(*loss); !st.is_ok()) {
-      std::fprintf(stderr, "%s\n", st.message().c_str());
-      return false;
-    }
-    phase("backward", s);
-    if (auto st = e.step(); !st.is_ok()) {
-      std::fprintf(stderr, "%s\n", st.message().c_str());
-      return false;
-    }
-    phase("step", s);
     stop.record(e.stream());
     stop.synchronize();
-    losses.push_back(*loss);
+    losses.push_back(static_cast<float>(e.last_step()->loss));
     if (s >= a.warmup) {
       ms.push_back(start.elapsed_ms(stop));
       if (offload != nullptr) {
@@ -388,6 +408,7 @@ int run(int argc, char** argv) {
                         {"offload_param", cfg->zero.offload_param.device},
                         {"ds_keys", a.ds_keys},
                         {"checkpointing", a.checkpointing},
+                        {"cuda_graph", a.cuda_graph},
                         {"lora_dim", a.lora_dim},
                         {"lora_alpha", a.lora_dim > 0 ? a.lora_alpha : 0.0f},
                         {"only_optimize_lora", a.only_optimize_lora},

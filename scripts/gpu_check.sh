@@ -79,6 +79,12 @@ btrace=()
 [ -n "${ZT_BENCH_TRACE:-}" ] && btrace=(--kernel-trace "$ZT_BENCH_TRACE")
 "$bin"/zt_bench_gpt2 --model "$model" --batch "$batch" --seq "$seq" --dtype bf16 --steps "$steps" \
   "${btrace[@]}" >>"$out/bench.jsonl" 2>"$out/bench_zt.log" || tail -5 "$out/bench_zt.log"
+# ZT_BENCH_GRAPH=0 leaves out the run with the whole step as a CUDA graph (--cuda-graph).
+if [ "${ZT_BENCH_GRAPH:-1}" = "1" ]; then
+  "$bin"/zt_bench_gpt2 --model "$model" --batch "$batch" --seq "$seq" --dtype bf16 --steps "$steps" \
+    --cuda-graph "${btrace[@]}" >>"$out/bench.jsonl" 2>"$out/bench_zt_graph.log" ||
+    tail -5 "$out/bench_zt_graph.log"
+fi
 python3 bench/gpt2_torch.py --model "$model" --batch "$batch" --seq "$seq" --steps "$steps" \
   "${btrace[@]}" >>"$out/bench.jsonl" 2>"$out/bench_torch.log" || tail -5 "$out/bench_torch.log"
 if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
@@ -122,6 +128,11 @@ trace=()
 [ -n "${ZT_LLAMA_TRACE:-}" ] && trace=(--kernel-trace "$ZT_LLAMA_TRACE")
 "$bin"/zt_bench_gpt2 --model "$lm" --batch "$lb" --seq "$ls" --dtype bf16 --steps 10 --warmup 3 \
   "${trace[@]}" >>"$out/llama.jsonl" 2>"$out/llama_zt.log" || tail -5 "$out/llama_zt.log"
+if [ "${ZT_BENCH_GRAPH:-1}" = "1" ]; then
+  "$bin"/zt_bench_gpt2 --model "$lm" --batch "$lb" --seq "$ls" --dtype bf16 --steps 10 --warmup 3 \
+    --cuda-graph "${trace[@]}" >>"$out/llama.jsonl" 2>"$out/llama_zt_graph.log" ||
+    tail -5 "$out/llama_zt_graph.log"
+fi
 python3 bench/llama_torch.py --model "$lm" --batch "$lb" --seq "$ls" "${trace[@]}" \
   >>"$out/llama.jsonl" 2>"$out/llama_torch.log" || tail -5 "$out/llama_torch.log"
 if [ "${ZT_BENCH_COMPILE:-1}" = "1" ]; then
@@ -946,6 +957,9 @@ try:
 except Exception as e:
     tests = f"no report ({e})"
 rows = [json.loads(l) for l in open(f"{out}/bench.jsonl") if l.strip()]
+for r in rows:  # the CUDA-graph run of ZeroTrain gets a row of its own
+    if r.get("cuda_graph"):
+        r["impl"] += "+graph"
 ck = [json.loads(l) for l in open(f"{out}/ckpt.jsonl") if l.strip()]
 zt = next((r for r in rows if r["impl"] == "zerotrain"), None)
 ran = lambda rc: "not run" if rc == -1 else f"exit {rc}"  # -1: the section was not selected
@@ -976,6 +990,9 @@ for r in att:
     print(f"{str(akey(r)[:4]):<24}{mask:<7}{r['impl']:<24}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
 print("(last column: the faster torch SDPA backend's time divided by that row's time; above 1 is faster than torch)")
 lm = [json.loads(l) for l in open(f"{out}/llama.jsonl") if l.strip()]
+for r in lm:
+    if r.get("cuda_graph"):
+        r["impl"] += "+graph"
 if lm:
     z = next((r for r in lm if r["impl"] == "zerotrain"), None)
     print(f"\n{'training ' + lm[0]['model']:<22}{'tokens/s':>10}{'MFU':>7}{'step ms':>9}{'peak GiB':>10}{'zt vs this':>12}")

@@ -47,6 +47,7 @@ void* BlockCache::allocate(size_t bytes, void* stream) {
     }
   }
   live_[p] = Block{.size = size, .stream = stream, .other_streams = {}};
+  if (log_ != nullptr) log_->push_back(p);
   stats_.allocated_bytes += size;
   stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
   return p;
@@ -57,6 +58,7 @@ void BlockCache::free(void* ptr) {
   ZT_ASSERT(it != live_.end(), "freeing a pointer the caching allocator does not own");
   Block& b = it->second;
   stats_.allocated_bytes -= b.size;
+  if (log_ != nullptr) log_->push_back(ptr);
   if (b.other_streams.empty()) {
     free_blocks_[{b.stream, b.size}].push_back(ptr);
   } else {
@@ -65,6 +67,19 @@ void BlockCache::free(void* ptr) {
     pending_.push_back(std::move(p));
   }
   live_.erase(it);
+}
+
+bool BlockCache::reclaim(void* ptr) {
+  for (auto& [key, ptrs] : free_blocks_) {
+    auto it = std::find(ptrs.begin(), ptrs.end(), ptr);
+    if (it == ptrs.end()) continue;
+    ptrs.erase(it);
+    live_[ptr] = Block{.size = key.second, .stream = key.first, .other_streams = {}};
+    stats_.allocated_bytes += key.second;
+    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+    return true;
+  }
+  return false;
 }
 
 void BlockCache::record_stream(void* ptr, void* stream) {

@@ -60,6 +60,16 @@ class BlockCache {
   // Waits for the blocks kept aside, then returns every unused block to the device.
   void empty();
 
+  // CUDA graphs (core/device.h CapturedGraph). While a log is set, every block allocate() hands
+  // out or free() takes back is appended to it (the graph's replays use both: a block made
+  // before the capture and freed in it was read by the captured work).
+  void set_allocation_log(std::vector<void*>* log) { log_ = log; }
+  // Takes the free block at `ptr` (one allocate() returned and free() gave back) off the free
+  // lists, allocated again: a captured graph's replays write the blocks its capture used, so
+  // nothing else may get them while it lives (it frees them when destroyed). False when `ptr` is
+  // not in a free list (still in use, or kept aside for another stream).
+  bool reclaim(void* ptr);
+
   const AllocatorStats& stats() const { return stats_; }
   void reset_peak() { stats_.peak_allocated_bytes = stats_.allocated_bytes; }
   // Blocks freed but kept aside for another stream's work (tests, diagnostics).
@@ -88,6 +98,7 @@ class BlockCache {
   std::unordered_map<void*, Block> live_;
   std::vector<Pending> pending_;
   AllocatorStats stats_;
+  std::vector<void*>* log_ = nullptr;
 };
 
 }  // namespace zt

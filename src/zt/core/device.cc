@@ -174,6 +174,57 @@ void Stream::synchronize() const {
 #endif
 }
 
+Status CapturedGraph::begin(const Stream& stream) {
+  if (!stream.device().is_cuda()) return invalid_argument("CUDA graphs capture CUDA streams only");
+#if ZT_HAVE_CUDA
+  cuda::cache_capture_begin(stream.device().index);
+  cuda::graph_begin(stream.handle());
+  return Status::ok();
+#else
+  no_cuda();
+#endif
+}
+
+Result<std::unique_ptr<CapturedGraph>> CapturedGraph::end(const Stream& stream) {
+#if ZT_HAVE_CUDA
+  const int dev = stream.device().index;
+  std::unique_ptr<CapturedGraph> g(new CapturedGraph());
+  g->device_ = stream.device();
+  const std::vector<void*> blocks = cuda::cache_capture_end(dev);
+  const std::string err = cuda::graph_end(stream.handle(), &g->graph_, &g->exec_);
+  if (!err.empty()) return unavailable("the CUDA graph capture failed: {}", err);
+  for (void* p : blocks) {
+    if (!cuda::cache_reclaim(dev, p)) {
+      return unavailable(
+          "the CUDA graph capture's memory at {} is still in use after it (a tensor made in the "
+          "captured work outlived it); the graph is not used",
+          p);
+    }
+    g->blocks_.push_back(p);
+  }
+  return g;
+#else
+  (void)stream;
+  no_cuda();
+#endif
+}
+
+CapturedGraph::~CapturedGraph() {
+#if ZT_HAVE_CUDA
+  cuda::graph_destroy(graph_, exec_);
+  for (void* p : blocks_) cuda::cache_free(device_.index, p, 0);
+#endif
+}
+
+void CapturedGraph::launch(const Stream& stream) const {
+#if ZT_HAVE_CUDA
+  cuda::graph_launch(exec_, stream.handle());
+#else
+  (void)stream;
+  no_cuda();
+#endif
+}
+
 Event::Event(Device device, EventTiming timing) : device_(device) {
 #if ZT_HAVE_CUDA
   if (device.is_cuda()) {

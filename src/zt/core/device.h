@@ -158,4 +158,32 @@ void allocator_reset_peak(Device d);
 // Returns cached, unused device blocks to the system.
 void allocator_empty_cache(Device d);
 
+// A CUDA graph: the work queued on one stream between begin() and end() (cudaStreamBeginCapture,
+// relaxed mode), replayed by launch() with no host launches between its kernels. The caching
+// allocator's blocks handed out during the capture belong to the graph until it is destroyed
+// (every replay writes them), so end() refuses a capture one of whose blocks is still held
+// outside it. Scalars a replay needs fresh go through page-locked host memory copied in by a
+// node of the graph (memory_copy_async from it is captured as such).
+class CapturedGraph {
+ public:
+  // Starts capturing the work queued on `stream` (a CUDA stream).
+  static Status begin(const Stream& stream);
+  // Ends the capture begun on `stream` and instantiates it. On an error (CUDA refused an
+  // operation of the capture, or a block of it is still in use) nothing of the capture ran, no
+  // graph is kept, and the stream is usable again.
+  static Result<std::unique_ptr<CapturedGraph>> end(const Stream& stream);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  // Queues one replay on `stream`.
+  void launch(const Stream& stream) const;
+
+ private:
+  CapturedGraph() = default;
+  Device device_;
+  void* graph_ = nullptr;
+  void* exec_ = nullptr;
+  std::vector<void*> blocks_;  // the allocator's blocks its replays write
+};
+
 }  // namespace zt

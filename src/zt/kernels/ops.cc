@@ -2,6 +2,7 @@
 #include "zt/kernels/ops.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <string_view>
 
@@ -14,6 +15,16 @@
 #endif
 
 namespace zt::kernels {
+
+std::array<float, 3> adam_step_scalars(const AdamArgs& a) {
+  // 1 - beta^step in double, as DeepSpeed's host code computes it, rounded to the kernel's float.
+  auto correction = [&](float beta) {
+    if (a.bias_correction == BiasCorrection::kOff) return 1.0f;
+    return static_cast<float>(1.0 - std::pow(static_cast<double>(beta),
+                                             static_cast<double>(a.step)));
+  };
+  return {a.lr, correction(a.beta1), std::sqrt(correction(a.beta2))};
+}
 
 #if ZT_HAVE_CUDA
 #define ZT_DISPATCH(device, op, ...) \

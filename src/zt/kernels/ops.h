@@ -14,6 +14,7 @@
 // parameter gradients accumulate (+=), so gradient accumulation needs no extra buffer.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -45,9 +46,16 @@ struct AdamArgs {
   // When set, a float on the optimizer's device used instead of grad_scale (grad_clip_scale's
   // output: the engine's step then needs no host round trip before the optimizer).
   const float* grad_scale_at = nullptr;
+  // CUDA only, when set: adam_step_scalars' three floats on the optimizer's device, read instead
+  // of lr and step (a CUDA graph's replays take each step's values from device memory).
+  const float* scalars_at = nullptr;
   AdamMode mode = AdamMode::kAdamW;
   BiasCorrection bias_correction = BiasCorrection::kOn;
 };
+
+// What the CUDA Adam step computes per step on the host: {lr, 1 - beta1^step, sqrt(1 -
+// beta2^step)} (corrections 1 when off), the values AdamArgs::scalars_at points to.
+std::array<float, 3> adam_step_scalars(const AdamArgs& a);
 
 // One flat range the optimizer updates. `param_lowp`, when not null, receives the updated
 // parameters converted to `lowp_dtype` (the 16-bit compute copy), fused into the same pass.

@@ -44,22 +44,37 @@ void Optimizer::step(const StepValues& v, std::span<const kernels::OptimChunk> c
   apply(v, chunks, device, s);
 }
 
+namespace {
+
+kernels::AdamArgs adam_args(const OptimizerSpec& spec, const StepValues& v, int64_t step) {
+  return {.lr = static_cast<float>(v.lr),
+          .beta1 = static_cast<float>(v.beta1),
+          .beta2 = static_cast<float>(v.beta2),
+          .eps = static_cast<float>(spec.eps),
+          .weight_decay = static_cast<float>(spec.weight_decay),
+          .step = step,
+          .grad_scale = v.grad_scale,
+          .grad_scale_at = v.grad_scale_at,
+          .scalars_at = v.scalars_at,
+          .mode = spec.adam_mode,
+          .bias_correction = spec.bias_correction};
+}
+
+}  // namespace
+
+std::array<float, 3> Optimizer::next_adam_scalars(const StepValues& v) const {
+  ZT_ASSERT(spec_.kind == OptimizerKind::kAdam, "next_adam_scalars of a non-Adam optimizer");
+  return kernels::adam_step_scalars(adam_args(spec_, v, steps_ + 1));
+}
+
 void Optimizer::apply(const StepValues& v, std::span<const kernels::OptimChunk> chunks,
                       Device device, const Stream& s) const {
   ZT_ASSERT(steps_ >= 1, "Optimizer::apply before begin_step");
+  ZT_ASSERT(v.scalars_at == nullptr || spec_.kind == OptimizerKind::kAdam,
+            "StepValues::scalars_at is for Adam");
   switch (spec_.kind) {
     case OptimizerKind::kAdam: {
-      kernels::AdamArgs a{.lr = static_cast<float>(v.lr),
-                          .beta1 = static_cast<float>(v.beta1),
-                          .beta2 = static_cast<float>(v.beta2),
-                          .eps = static_cast<float>(spec_.eps),
-                          .weight_decay = static_cast<float>(spec_.weight_decay),
-                          .step = steps_,
-                          .grad_scale = v.grad_scale,
-                          .grad_scale_at = v.grad_scale_at,
-                          .mode = spec_.adam_mode,
-                          .bias_correction = spec_.bias_correction};
-      kernels::adam_step(a, chunks, device, s);
+      kernels::adam_step(adam_args(spec_, v, steps_), chunks, device, s);
       break;
     }
     case OptimizerKind::kSgd: {

@@ -3,6 +3,7 @@
 // kernels/ops.h; the 16-bit compute copy is written in the same pass when there is one.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -50,6 +51,9 @@ struct StepValues {
   float grad_scale = 1.0f;  // gradients are multiplied by this first
   // When set, a float on the optimizer's device used instead of grad_scale (kernels::AdamArgs).
   const float* grad_scale_at = nullptr;
+  // Adam on a GPU, when set: kernels::AdamArgs::scalars_at (the step's lr and bias corrections
+  // from device memory: a CUDA graph's replays).
+  const float* scalars_at = nullptr;
 };
 
 class Optimizer {
@@ -65,6 +69,8 @@ class Optimizer {
   // The same step in parts (ZeRO-Offload steps its chunks piece by piece as their gradients
   // arrive on the host): begin_step() once, then apply() on every chunk exactly once.
   void begin_step() { ++steps_; }
+  // Adam: what the next step (steps() + 1) puts behind StepValues::scalars_at for `v`.
+  std::array<float, 3> next_adam_scalars(const StepValues& v) const;
   void apply(const StepValues& v, std::span<const kernels::OptimChunk> chunks, Device device,
              const Stream& s) const;
 

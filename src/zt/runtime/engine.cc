@@ -10,6 +10,7 @@
 #include "zt/core/log.h"
 #include "zt/kernels/grad_clip.h"
 #include "zt/nn/models/transformer.h"
+#include "zt/runtime/engine_graph.h"
 #include "zt/runtime/py_format.h"
 
 namespace zt {
@@ -467,18 +468,7 @@ double Engine::lr() const {
   return scheduler_ ? scheduler_->lr() : optimizer_.spec().lr;
 }
 
-Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
-  return forward(tokens, targets, nullptr);
-}
-
-Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
-                              const Tensor* attention_mask) {
-  if (attention_mask != nullptr &&
-      (attention_mask->dtype() != DType::i32 || !(attention_mask->shape() == tokens.shape()))) {
-    return invalid_argument("forward expects an attention mask (batch, seq) i32 like the tokens "
-                            "{}, got {}",
-                            tokens.shape().str(), attention_mask->shape().str());
-  }
+Result<int64_t> Engine::check_batch(const Tensor& tokens, const Tensor& targets) const {
   if (tokens.ndim() != 2 || tokens.dtype() != DType::i32 || !(tokens.shape() == targets.shape())) {
     return invalid_argument(
         "forward expects tokens and targets of one shape (batch, seq) i32, "
@@ -515,6 +505,22 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
       ++counted;
     }
   }
+  return counted;
+}
+
+Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {
+  return forward(tokens, targets, nullptr);
+}
+
+Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
+                              const Tensor* attention_mask) {
+  if (attention_mask != nullptr &&
+      (attention_mask->dtype() != DType::i32 || !(attention_mask->shape() == tokens.shape()))) {
+    return invalid_argument("forward expects an attention mask (batch, seq) i32 like the tokens "
+                            "{}, got {}",
+                            tokens.shape().str(), attention_mask->shape().str());
+  }
+  ZT_ASSIGN_OR_RETURN(const int64_t counted, check_batch(tokens, targets));
   const Device dev = options_.device;
   Tensor tok = tokens.device() == dev ? tokens : tokens.to(dev, ctx_.stream);
   targets_dev_ = targets.device() == dev ? targets : targets.to(dev, ctx_.stream);
@@ -680,12 +686,16 @@ Status Engine::step() {
     }
   }
   if (unit_timer_) profiler_report(stats);
+  end_step(stats);
+  return Status::ok();
+}
+
+void Engine::end_step(const StepStats& stats) {
   last_step_ = stats;
   if (config_.steps_per_print && *config_.steps_per_print > 0 &&
       global_steps_ % *config_.steps_per_print == 0) {
     report_progress();
   }
-  return Status::ok();
 }
 
 Status Engine::apply_step(StepStats& stats) {

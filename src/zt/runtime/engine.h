@@ -75,6 +75,11 @@ struct EngineOptions {
   // Pipeline stages: where this engine's units sit in the whole model (checkpoints). Unset: the
   // engine's model is the whole model.
   std::optional<CheckpointStage> checkpoint_stage{};
+  // --cuda-graph: Engine::train_batch captures the whole training step (forward, backward, the
+  // optimizer) as a CUDA graph after two warm-up steps and replays it from then on, so the GPU
+  // runs the step's kernels without the host's launch gaps (docs/performance.md). Where the run
+  // cannot be captured (Engine::graph_refusal) the step runs as usual and the log says why once.
+  bool cuda_graph = false;
 };
 
 // What happened at the last optimizer step (the boundary micro-batch).
@@ -137,6 +142,15 @@ class Engine {
   // zero_optimization.offload_optimizer on a GPU the optimizer runs on the host
   // (zero/optimizer_offload.h); everything else is the same.
   Status step();
+  // One optimizer step on one micro-batch when gradient_accumulation_steps is 1: forward,
+  // backward and step() in one call (last_step() then has its figures); the micro-batch as
+  // forward() takes it. With EngineOptions::cuda_graph the step is a replayed CUDA graph (same
+  // kernels, same results); otherwise, or with more micro-batches a step, it is the three calls.
+  Status train_batch(const Tensor& tokens, const Tensor& targets);
+  // Why this engine's steps cannot be captured as a CUDA graph (empty when they can), and how
+  // many steps ran as a replayed graph so far.
+  std::string graph_refusal() const;
+  int64_t graph_replays() const;
   // Pipeline engines (pipe/pipe_engine.h), which run the micro-batches' forward and backward
   // passes themselves and reduce the gradients (ZeroState::reduce_grads): the optimizer step of
   // one batch of gradient_accumulation_steps micro-batches whose mean loss (over the pipeline's
@@ -230,6 +244,17 @@ class Engine {
   optim::StepValues step_values(double lr) const;
   // After the optimizer: zero gradients, step the scheduler, advance the counters.
   Status finish_step(StepStats& stats);
+  // forward()'s checks of a micro-batch; the number of counted targets.
+  Result<int64_t> check_batch(const Tensor& tokens, const Tensor& targets) const;
+  // CUDA graphs (runtime/engine_graph.cc): the step's buffers and its graph.
+  struct GraphState;
+  std::unique_ptr<GraphState> graph_;
+  // The three calls of train_batch, on tensors already checked.
+  Status eager_batch(const Tensor& tokens, const Tensor& targets);
+  // Queues one whole step on the stream (what the graph captures).
+  Status queue_graph_step(int64_t counted, optim::StepValues v);
+  // What step() does after apply_step: the counters, last_step(), the progress line.
+  void end_step(const StepStats& stats);
   void report_progress() const;
   // A save in flight (save_checkpoint_async): the shard is written from a host snapshot by a
   // thread of its own; rank 0's thread then waits for every rank's note and publishes.

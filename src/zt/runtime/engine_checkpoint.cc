@@ -17,6 +17,7 @@
 #include "zt/comm/env.h"
 #include "zt/core/log.h"
 #include "zt/runtime/engine.h"
+#include "zt/runtime/engine_graph.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -395,6 +396,8 @@ Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
   if (options_.checkpoint_stage && !options_.checkpoint_stage->unsupported.empty()) {
     return invalid_argument("load_checkpoint: {}", options_.checkpoint_stage->unsupported);
   }
+  // A captured step refers to buffers the load may replace: the next steps capture anew.
+  graph_.reset();
   std::string tag = options.tag;
   if (tag.empty()) {
     auto latest = ckpt::latest_read(dir);

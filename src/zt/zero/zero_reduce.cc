@@ -83,6 +83,19 @@ void ZeroState::flush_bucket() {
     }
   }
   std::vector<Tensor> used = ins;
+  if (comm.backend_name() == "stub") {
+    // One process alone: nothing to combine, its one chunk is the whole. No collective and no
+    // second stream (a CUDA graph captures the step on the compute stream).
+    p.outs = ins;
+    complete_reduce(p);
+    if (options_.stage >= 2) {
+      for (int u : p.units) {
+        units_[u].grad = Tensor();
+        model_.units()[u]->bind_grads(Tensor());
+      }
+    }
+    return;
+  }
   lane_.begin();
   if (options_.stage == 0) {
     p.outs = ins;

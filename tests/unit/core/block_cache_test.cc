@@ -228,6 +228,47 @@ TEST(BlockCache, PeakTracksTheHighestAllocation) {
   EXPECT_EQ(cache.stats().allocated_bytes, 0u);
 }
 
+// A CUDA graph's capture: the log names every block handed out or freed in it (one made before
+// the capture and freed in it too); the blocks free at its end are reclaimed, so no later request
+// gets them, and a block kept aside for another stream or still in use cannot be.
+TEST(BlockCache, CaptureLogAndReclaimKeepTheGraphsBlocksFromOtherRequests) {
+  FakeDevice dev;
+  BlockCache cache(dev);
+  void* before = cache.allocate(kSize, stream(0));  // (not logged: made and kept outside)
+  void* made_before = cache.allocate(4 * kSize, stream(0));
+  std::vector<void*> log;
+  cache.set_allocation_log(&log);
+  void* a = cache.allocate(kSize, stream(0));
+  cache.free(a);
+  void* again = cache.allocate(kSize, stream(0));  // the same block, reused within the capture
+  void* b = cache.allocate(2 * kSize, stream(0));
+  void* shared = cache.allocate(kSize, stream(0));
+  cache.record_stream(shared, stream(1));
+  cache.free(again);
+  cache.free(b);
+  cache.free(shared);  // kept aside until stream 1's event completes
+  cache.free(made_before);
+  cache.set_allocation_log(nullptr);
+  EXPECT_EQ(std::set<void*>(log.begin(), log.end()), (std::set<void*>{a, b, shared, made_before}));
+  EXPECT_EQ(log.size(), 9u);  // a: 2 allocations, 2 frees; b, shared: 1 each; made_before: 1
+  EXPECT_TRUE(cache.reclaim(a));
+  EXPECT_TRUE(cache.reclaim(b));
+  EXPECT_TRUE(cache.reclaim(made_before));
+  EXPECT_FALSE(cache.reclaim(a));       // already taken back
+  EXPECT_FALSE(cache.reclaim(shared));  // not free yet (another stream)
+  EXPECT_FALSE(cache.reclaim(before));  // in use
+  EXPECT_EQ(cache.stats().allocated_bytes, 8 * kSize);  // before, a, b (2x), made_before (4x)
+  void* next = cache.allocate(kSize, stream(0));
+  EXPECT_NE(next, a);
+  EXPECT_NE(next, before);
+  void* next_large = cache.allocate(2 * kSize, stream(0));
+  EXPECT_NE(next_large, b);
+  // The graph gives them back when it goes: then they serve requests again.
+  cache.free(a);
+  EXPECT_EQ(cache.allocate(kSize, stream(0)), a);
+  EXPECT_EQ(log.size(), 9u);  // (the log was detached: nothing more appended)
+}
+
 TEST(BlockCacheDeathTest, FreeOrRecordOfAForeignPointerAborts) {
   FakeDevice dev;
   BlockCache cache(dev);

@@ -63,6 +63,33 @@ TEST(Engine, GradientAccumulationEqualsLargeBatch) {
   testing::expect_close(l2, l1, 1e-6, 1e-5, "mean loss per step");
 }
 
+// train_batch is forward, backward and step() in one call; with cuda_graph on a CPU engine it
+// says why there is no graph and trains the same.
+TEST(Engine, TrainBatchIsTheThreeCallsAndSaysWhyNoGraphOnTheCpu) {
+  Tensor tokens = testing::random_ints({12, 8}, 23, 21);
+  Tensor targets = testing::random_ints({12, 8}, 23, 22);
+  const std::string json =
+      R"({"train_batch_size": 4, "gradient_clipping": 1.0, "optimizer": {"type": "AdamW",
+          "params": {"lr": 0.01}}})";
+  std::vector<double> by_calls;
+  const std::vector<double> master_calls = train(json, tokens, targets, 3, &by_calls);
+  nn::Gpt2 model(tiny_config());
+  DeepSpeedConfig cfg = parse(json);
+  auto e = initialize(model, cfg, {.device = Device::cpu(), .seed = 5, .cuda_graph = true});
+  ASSERT_TRUE(e.is_ok());
+  EXPECT_EQ((*e)->graph_refusal(), "the engine is not on a GPU");
+  std::vector<double> by_batch;
+  for (int s = 0; s < 3; ++s) {
+    ASSERT_TRUE((*e)->train_batch(tokens.slice_rows(4 * s, 4 * s + 4).clone(),
+                                  targets.slice_rows(4 * s, 4 * s + 4).clone())
+                    .is_ok());
+    by_batch.push_back((*e)->last_step()->loss);
+  }
+  EXPECT_EQ(by_batch, by_calls);
+  EXPECT_EQ(testing::master_flat(**e), master_calls);
+  EXPECT_EQ((*e)->graph_replays(), 0);
+}
+
 TEST(Engine, ClippingScalesUpdateByDeepSpeedFormula) {
   Tensor tokens = testing::random_ints({2, 8}, 23, 21);
   Tensor targets = testing::random_ints({2, 8}, 23, 22);

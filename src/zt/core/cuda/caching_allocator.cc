@@ -5,6 +5,7 @@
 // fails, the allocation throws GpuOutOfMemory (the user's configuration, not a bug).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +75,7 @@ struct DeviceCache {
   explicit DeviceCache(int device) : dev(device), cache(dev) {}
   CudaBlockDevice dev;
   BlockCache cache;
+  std::vector<void*> capture_log;  // blocks handed out during a graph capture
 };
 
 std::mutex g_mu;
@@ -128,6 +130,30 @@ void cache_reset_peak(int device) {
 void cache_empty(int device) {
   std::lock_guard<std::mutex> lock(g_mu);
   cache_of(device).cache.empty();
+}
+
+void cache_capture_begin(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  DeviceCache& c = cache_of(device);
+  c.capture_log.clear();
+  c.cache.set_allocation_log(&c.capture_log);
+}
+
+std::vector<void*> cache_capture_end(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  DeviceCache& c = cache_of(device);
+  c.cache.set_allocation_log(nullptr);
+  std::vector<void*> blocks;
+  for (void* p : c.capture_log) {
+    if (std::find(blocks.begin(), blocks.end(), p) == blocks.end()) blocks.push_back(p);
+  }
+  c.capture_log.clear();
+  return blocks;
+}
+
+bool cache_reclaim(int device, void* ptr) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return cache_of(device).cache.reclaim(ptr);
 }
 
 }  // namespace zt::cuda

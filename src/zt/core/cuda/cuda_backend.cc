@@ -77,6 +77,42 @@ void stream_synchronize(void* stream) {
   ZT_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
+void graph_begin(void* stream) {
+  // Relaxed: the caching allocator may still call cudaMalloc for a size it has not cached.
+  ZT_CUDA_CHECK(
+      cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), cudaStreamCaptureModeRelaxed));
+}
+
+std::string graph_end(void* stream, void** graph, void** exec) {
+  cudaGraph_t g = nullptr;
+  cudaError_t err = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &g);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (g != nullptr) (void)cudaGraphDestroy(g);
+    return cudaGetErrorString(err);
+  }
+  cudaGraphExec_t e = nullptr;
+  err = cudaGraphInstantiate(&e, g, 0);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaGraphDestroy(g);
+    return cudaGetErrorString(err);
+  }
+  *graph = g;
+  *exec = e;
+  return {};
+}
+
+void graph_launch(void* exec, void* stream) {
+  ZT_CUDA_CHECK(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(stream)));
+}
+
+void graph_destroy(void* graph, void* exec) {
+  if (exec != nullptr) (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+  if (graph != nullptr) (void)cudaGraphDestroy(static_cast<cudaGraph_t>(graph));
+}
+
 void* event_create(int device, int timing) {
   ZT_CUDA_CHECK(cudaSetDevice(device));
   cudaEvent_t e = nullptr;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "zt/core/device.h"
 
@@ -35,6 +36,18 @@ void cache_record_stream(int device, void* ptr, void* stream);
 AllocatorStats cache_stats(int device);
 void cache_reset_peak(int device);
 void cache_empty(int device);
+// CUDA graphs (CapturedGraph): the blocks handed out between capture_begin and capture_end (each
+// once), and taking freed blocks back for the graph (false for one not free).
+void cache_capture_begin(int device);
+std::vector<void*> cache_capture_end(int device);
+bool cache_reclaim(int device, void* ptr);
+
+// Stream capture into a graph (relaxed mode) and its replay; graph_end returns the CUDA error's
+// text, empty on success.
+void graph_begin(void* stream);
+std::string graph_end(void* stream, void** graph, void** exec);
+void graph_launch(void* exec, void* stream);
+void graph_destroy(void* graph, void* exec);
 
 // kind: 0 host->device, 1 device->host, 2 device->device, 3 host->host.
 void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);

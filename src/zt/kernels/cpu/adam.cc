@@ -31,6 +31,7 @@ struct AdamCoeffs {
 
 AdamCoeffs adam_coeffs(const AdamArgs& a) {
   ZT_ASSERT(a.step >= 1, "adam_step: step {} must be >= 1 (1-based)", a.step);
+  ZT_ASSERT(a.scalars_at == nullptr, "adam_step: scalars_at is for the CUDA kernel (CUDA graphs)");
   const bool correct = a.bias_correction == BiasCorrection::kOn;
   const double bc1 = correct ? 1.0 - std::pow(static_cast<double>(a.beta1), a.step) : 1.0;
   const double bc2 = correct ? 1.0 - std::pow(static_cast<double>(a.beta2), a.step) : 1.0;

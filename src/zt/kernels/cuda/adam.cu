@@ -3,6 +3,7 @@
 // writes the optional 16-bit parameter copy.
 #include "zt/kernels/cuda/multi_tensor.cuh"
 
+#include <array>
 #include <vector>
 
 #include "zt/kernels/cuda/cuda_ops.h"
@@ -15,12 +16,15 @@ struct AdamOp {
   static constexpr unsigned kStores = kMtParam | kMtState1 | kMtState2;
   struct Partial {
     float grad_scale;
+    float lr, bc1, sqrt_bc2;
   };
 
-  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float beta1, beta2, eps, weight_decay, grad_scale;
   const float* grad_scale_at;  // when set, read instead of grad_scale
+  float lr;
   float bc1;       // 1 - beta1^step
   float sqrt_bc2;  // sqrt(1 - beta2^step)
+  const float* scalars_at;  // when set, {lr, bc1, sqrt_bc2} read from here instead
   AdamMode mode;
 
   __device__ void apply(MtPack& k, int j, Partial& part) const {
@@ -29,14 +33,17 @@ struct AdamOp {
     if (mode == AdamMode::kL2) g += weight_decay * p;
     const float m = beta1 * k.s1[j] + (1.0f - beta1) * g;
     const float v = beta2 * k.s2[j] + (1.0f - beta2) * g * g;
-    float u = (m / bc1) / (sqrtf(v) / sqrt_bc2 + eps);
+    float u = (m / part.bc1) / (sqrtf(v) / part.sqrt_bc2 + eps);
     if (mode == AdamMode::kAdamW) u += weight_decay * p;
-    k.p[j] = p - lr * u;
+    k.p[j] = p - part.lr * u;
     k.s1[j] = m;
     k.s2[j] = v;
   }
   __device__ void begin(const MtChunk&, Partial& part) const {
     part.grad_scale = grad_scale_at != nullptr ? *grad_scale_at : grad_scale;
+    part.lr = scalars_at != nullptr ? scalars_at[0] : lr;
+    part.bc1 = scalars_at != nullptr ? scalars_at[1] : bc1;
+    part.sqrt_bc2 = scalars_at != nullptr ? scalars_at[2] : sqrt_bc2;
   }
   __device__ void finish(const MtChunk&, Partial&) const {}
 };
@@ -55,15 +62,17 @@ void adam_step(const AdamArgs& args, std::span<const OptimChunk> chunks, Device 
   if (mt.empty()) return;
   DeviceGuard guard(optim_device(chunks, s));
   AdamOp op{};
-  op.lr = args.lr;
   op.beta1 = args.beta1;
   op.beta2 = args.beta2;
   op.eps = args.eps;
   op.weight_decay = args.weight_decay;
   op.grad_scale = args.grad_scale;
   op.grad_scale_at = args.grad_scale_at;
-  op.bc1 = bias_correction(args.beta1, args.step, args.bias_correction);
-  op.sqrt_bc2 = std::sqrt(bias_correction(args.beta2, args.step, args.bias_correction));
+  const std::array<float, 3> k = adam_step_scalars(args);
+  op.lr = k[0];
+  op.bc1 = k[1];
+  op.sqrt_bc2 = k[2];
+  op.scalars_at = args.scalars_at;
   op.mode = args.mode;
   multi_tensor_apply<AdamOp>(mt, op, stream_of(s));
 }
