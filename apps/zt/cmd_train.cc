@@ -334,11 +334,6 @@ int cmd_train(const Args& raw_args) {
             f));
       }
     }
-    if (tensor > 1 && a.get("--task").value_or("pretrain") == "mlm") {
-      return fail(invalid_argument(
-          "--tensor-parallel-size does not split BERT's masked-LM head yet: train --task mlm "
-          "with data or pipeline parallelism"));
-    }
   }
 
   // Model.

@@ -35,7 +35,8 @@ with LoRA adapters alone trained and dropout 0.1 (the masks follow the micro-ste
 counts them), and the reward model on prompt/chosen/rejected pairs, each within 1e-5 of the
 single-process run of the same task; and BERT's masked-LM pre-training (the bert_mlm fixture)
 on padded rows, whose padding mask every stage's bidirectional attention reads (it travels with
-the activations); --task mlm with tensor parallelism is refused.
+the activations), and on TP=2 and PP=2 x TP=2 (the masked-LM head's bias split with the
+vocabulary).
 
 Checkpoints: a pipeline's checkpoint holds the whole model (a file per data-parallel rank and
 stage, each unit under the whole model's number with the stage that saved it), so a PP=2 save at
@@ -295,10 +296,16 @@ try:
     got = run("mlm_pp4", 4, cfg, BERT_DIR, mlm_args + ["--pipeline-parallel-size", "4"],
               data=MLM_DATA)[1]
     compare("mlm on pp4 (padded rows; the middle stages receive the mask)", ref, got, 1e-5)
-    p = run("refuse_mlm_tp", 2, config("refuse_mlm_tp", 0, 4), BERT_DIR,
-            mlm_args + ["--tensor-parallel-size", "2"], expect_fail=True, data=MLM_DATA)
-    check("refuses --task mlm with tensor parallelism", p.returncode != 0 and
-          "masked-LM head" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    # Tensor-parallel BERT: bidirectional heads, token types, the embedding's norm after the
+    # vocabulary-parallel sum, and the masked-LM head's bias split with the tied decoder's
+    # columns; with the pipeline too (the padding mask through the stages).
+    got = run("mlm_tp2", 2, cfg, BERT_DIR, mlm_args + ["--tensor-parallel-size", "2"],
+              data=MLM_DATA)[1]
+    compare("mlm on tp2 (the masked-LM head's bias split with the vocabulary)", ref, got, 1e-5)
+    got = run("mlm_pp2_tp2", 4, cfg, BERT_DIR, mlm_args + ["--tensor-parallel-size", "2",
+                                                           "--pipeline-parallel-size", "2"],
+              data=MLM_DATA)[1]
+    compare("mlm on pp2 x tp2", ref, got, 1e-5)
 
     # Checkpoints: a pipeline's checkpoint is the whole model's (one file per data-parallel rank
     # and stage), so it resumes on the pipeline, on one process, and a one-process checkpoint

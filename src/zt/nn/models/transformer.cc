@@ -34,11 +34,11 @@ Status tensor_parallel_check(const TransformerConfig& c) {
     return invalid_argument("--tensor-parallel-size {} does not divide {}'s padded vocabulary {}",
                             T, c.model_type, c.padded_vocab_size);
   }
-  if (c.embed_dim != c.hidden || c.task == Task::kMaskedLM) {
+  if (c.embed_dim != c.hidden) {
     return invalid_argument(
-        "--tensor-parallel-size: {} ({}) is not supported yet (tensor parallelism splits "
-        "causal decoders whose token table is as wide as the model)",
-        c.model_type, c.task == Task::kMaskedLM ? "a masked-LM head" : "a projected embedding");
+        "--tensor-parallel-size: {} (a projected embedding) is not supported yet (tensor "
+        "parallelism splits models whose token table is as wide as the model)",
+        c.model_type);
   }
   if (c.tp_rank < 0 || c.tp_rank >= T) {
     return invalid_argument("tensor-parallel rank {} outside a group of {}", c.tp_rank, T);
@@ -334,7 +334,14 @@ TransformerHead::TransformerHead(const TransformerConfig& c, TransformerEmbeddin
   if (c.task == Task::kMaskedLM) {
     transform_.emplace(*this, n.transform, c.hidden, c.hidden, Bias::kWith, c.init_std);
     transform_norm_.emplace(*this, n.transform_norm, c.hidden, NormKind::kLayerNorm, c.norm_eps);
-    lm_bias_ = &add_param(n.lm_bias, {c.padded_vocab_size}, ParamInit::kZeros);
+    // (tensor-parallel: this rank's vocabulary columns, as the tied token table's rows)
+    const int64_t cols = c.padded_vocab_size / c.tp_size;
+    lm_bias_ = &add_param(n.lm_bias, {cols}, ParamInit::kZeros);
+    if (c.tp_size > 1) {
+      lm_bias_->slice = ParamSlice{.full = {c.padded_vocab_size},
+                                   .dim = 0,
+                                   .ranges = {{c.tp_rank * cols, (c.tp_rank + 1) * cols}}};
+    }
   }
   if (c.tied == Tied::kYes) {
     add_extra_unit(embedding_unit);
