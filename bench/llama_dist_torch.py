@@ -26,6 +26,13 @@ stay eager. fullgraph is off: transformers' layer dispatches attention through k
 and a graph break there should cost speed, not the run. The compilation happens in the warm-up
 steps, which are not timed (give --warmup >= 3); impl is then torch-fsdp2-compile.
 
+--tp: Megatron-style tensor parallelism over all the ranks instead of FSDP2 (torch's DTensor
+parallelize_module on every decoder layer: q, k, v, gate and up ColwiseParallel, o and down
+RowwiseParallel; the embedding, norms and head whole on every rank), the peer of ZeroTrain's
+`--tensor-parallel-size`. fp32 parameters (the master copy) under autocast to bf16, fused AdamW
+over the local shards, the gradient norm summed over the shards (each whole parameter counted
+once) and clipped to 1.0; impl is then torch-tp.
+
 Rank 0 prints one JSON line: tokens_per_s counts every rank's tokens (batch * seq * world / the
 median step), tokens_per_s_per_gpu divides by the ranks, mfu = model FLOPs per token
 (bench/llama_torch.py's flops_per_token, zt_bench_gpt2's count: 6 per trained and 4 per frozen
@@ -61,6 +68,42 @@ def fsdp2_api():
     return fully_shard, MixedPrecisionPolicy
 
 
+def tensor_parallel(layers, world):
+    """Megatron's split of every decoder layer over a 1-D mesh of all the ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    mesh = init_device_mesh("cuda", (world,))
+    plan = {"self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
+            "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
+            "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel()}
+    for layer in layers:
+        parallelize_module(layer, mesh, plan)
+
+
+def clip_tensor_parallel(params, max_norm):
+    """clip_grad_norm_ over a mix of sharded DTensors and whole parameters: the shards' squares
+    summed over the ranks, the whole parameters' counted once."""
+    from torch.distributed.tensor import DTensor
+    sharded = torch.zeros((), device=params[0].grad.device, dtype=torch.float32)
+    whole = torch.zeros_like(sharded)
+    for q in params:
+        if q.grad is None:
+            continue
+        if isinstance(q.grad, DTensor):
+            sharded += q.grad.to_local().float().pow(2).sum()
+        else:
+            whole += q.grad.float().pow(2).sum()
+    dist.all_reduce(sharded)
+    total = (sharded + whole).sqrt()
+    factor = (max_norm / (total + 1e-6)).clamp(max=1.0)
+    for q in params:
+        if q.grad is not None:
+            g = q.grad.to_local() if isinstance(q.grad, DTensor) else q.grad
+            g.mul_(factor)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="llama-8b", choices=sorted(SHAPES))
@@ -75,7 +118,11 @@ def main():
                    help="rank-R peft LoRA on every linear module of the blocks, base frozen")
     p.add_argument("--lora-alpha", type=float, default=None, help="default 2R")
     p.add_argument("--lora-impl", choices=("auto", "peft", "manual"), default="peft")
+    p.add_argument("--tp", action="store_true",
+                   help="tensor parallelism (DTensor parallelize_module) instead of FSDP2")
     a = p.parse_args()
+    if a.tp and (a.lora or a.compile):
+        p.error("--tp runs full training, eager")
     alpha = a.lora_alpha if a.lora_alpha is not None else 2.0 * a.lora
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
@@ -117,11 +164,14 @@ def main():
         setattr(dcfg, limit, max(getattr(dcfg, limit), 2 * len(layers)))
         for i in range(len(layers)):
             layers[i] = torch.compile(layers[i])
-    fully_shard, MixedPrecisionPolicy = fsdp2_api()
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for layer in layers:
-        fully_shard(layer, mp_policy=mp, reshard_after_forward=True)
-    fully_shard(lm, mp_policy=mp, reshard_after_forward=True)
+    if a.tp:
+        tensor_parallel(layers, world)
+    else:
+        fully_shard, MixedPrecisionPolicy = fsdp2_api()
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for layer in layers:
+            fully_shard(layer, mp_policy=mp, reshard_after_forward=True)
+        fully_shard(lm, mp_policy=mp, reshard_after_forward=True)
     torch.cuda.empty_cache()  # the unsharded copies built above are free now
     # The sharded parameters (DTensors) that fully_shard put in place of the originals.
     trainable = [q for q in lm.parameters() if q.requires_grad]
@@ -136,9 +186,15 @@ def main():
         if s == a.warmup:
             torch.cuda.reset_peak_memory_stats()
         start.record()
-        loss = lm(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        if a.tp:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = lm(input_ids=x, labels=x).loss
+            loss.backward()
+            clip_tensor_parallel(trainable, 1.0)
+        else:
+            loss = lm(input_ids=x, labels=x).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         stop.record()
@@ -149,10 +205,11 @@ def main():
     med = sorted(times)[len(times) // 2]  # the upper middle element, as zt_bench_gpt2 takes it
     tps = a.batch * a.seq * world / (med / 1000)
     if rank == 0:
-        print(json.dumps({"impl": "torch-fsdp2" + ("-compile" if a.compile else ""),
+        impl = "torch-tp" if a.tp else "torch-fsdp2" + ("-compile" if a.compile else "")
+        print(json.dumps({"impl": impl, "tensor_parallel_size": world if a.tp else 1,
                           "model": a.model, "params": n_params, "compile": a.compile,
                           "batch": a.batch, "seq": a.seq, "world_size": world, "dtype": "bf16",
-                          "stage": 3, "steps": a.steps, "step_ms_median": med,
+                          "stage": 0 if a.tp else 3, "steps": a.steps, "step_ms_median": med,
                           "tokens_per_s": tps, "tokens_per_s_per_gpu": tps / world,
                           "mfu": flops_tok * tps / world / 989e12,
                           "peak_mem_bytes": torch.cuda.max_memory_allocated(),

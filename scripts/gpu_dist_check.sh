@@ -85,6 +85,11 @@
 #       (ZT_DIST_PIPE_MODELS, default "gpt2:8 gpt-1.3b:2" as model:micro-batch; seq
 #       ZT_DIST_PIPE_SEQ, micro-batch counts ZT_DIST_PIPE_COUNTS, default 1,2,4,8,16): each
 #       stage's idle share of a batch next to the bubble's theory, (P-1)/(m+P-1).
+#   (m) Llama 8B (ZT_DIST_LLAMA_MODEL) at sequence 8192 (ZT_DIST_LLAMA_SEQ) with activation
+#       checkpointing: `zt train --task sft --tensor-parallel-size 2` (ZeRO 1 over one data rank)
+#       and `--pipeline-parallel-size 2` (4 micro-batches a step) next to PyTorch's Megatron-style
+#       tensor parallelism (bench/llama_dist_torch.py --tp: DTensor parallelize_module), plan
+#       ZT_DIST_3D_PLAN as part (i)'s; ZeRO-3's figures are part (i)'s.
 # Each part runs whatever happened to the others; results (JSON lines, logs) go to
 # ${OUT:-gpu_out}, and a short table comes last. NVLink SHARP stays off (NCCL_NVLS_ENABLE=0: the
 # lent machines do not support NVLS multicast). Exits non-zero when a part failed.
@@ -214,6 +219,7 @@ fi
 start_s=$SECONDS
 a_rc=skipped b_rc=skipped c_rc=skipped d_rc=skipped
 e_rc=skipped f_rc=skipped g_rc=skipped h_rc=skipped i_rc=skipped j_rc=skipped k_rc=skipped
+m_rc=skipped
 l_rc=skipped
 
 if [[ $parts == *a* ]]; then
@@ -633,33 +639,41 @@ llama_bench() {
     zt) zt_launch "$cap" "$bin"/zt_bench_gpt2 "${zt_args[@]}" ;;
     fsdp2) torch_run "$cap" bench/llama_dist_torch.py "${pt_args[@]}" ;;
     fsdp2-compile) torch_run "$cap" bench/llama_dist_torch.py "${pt_args[@]}" --compile ;;
-    zt-train)
-      local vocab=128256 data cfg m
+    torch-tp) torch_run "$cap" bench/llama_dist_torch.py "${pt_args[@]}" --tp ;;
+    zt-train|zt-train-tp|zt-train-pp)
+      # -tp: --tensor-parallel-size 2; -pp: --pipeline-parallel-size 2 with 4 micro-batches a step.
+      local vocab=128256 data cfg m gas=1 par=()
+      [[ $impl == zt-train-tp ]] && par=(--tensor-parallel-size 2)
+      [[ $impl == zt-train-pp ]] && { par=(--pipeline-parallel-size 2); gas=4; }
       [[ $model == llama-tiny ]] && vocab=257
       data=$(sft_data "$seq" "$vocab")
-      cfg=$out/sft_train/ds_s$stage.json
-      m=$out/sft_train/metrics_${model}_r${r}_ckpt$ck.jsonl
+      cfg=$out/sft_train/ds_s${stage}_g$gas.json
+      m=$out/sft_train/metrics_${impl}_${model}_r${r}_ckpt$ck.jsonl
       cat >"$cfg" <<EOF
-{"train_micro_batch_size_per_gpu": 1, "gradient_clipping": 1.0, "bf16": {"enabled": true},
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": $gas,
+ "gradient_clipping": 1.0, "bf16": {"enabled": true},
  "optimizer": {"type": "AdamW", "params": {"lr": 6e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
  "zero_optimization": {"stage": $stage, $zero_keys}}
 EOF
       rm -f "$m"
       zt_launch "$cap" "$bin"/zt train --task sft --model "$mp" --data "$data" --config "$cfg" \
         --seq-len "$seq" --steps $((n + 3)) --sample-tokens 0 --order sequential \
-        --metrics-out "$m" "${tr_lora[@]}" "${zt_dev[@]}" >&2 || return
-      python3 - "$m" "$model" "$seq" "$ck" "$r" "$stage" "$n" <<'PY'
+        --metrics-out "$m" "${tr_lora[@]}" "${par[@]}" "${zt_dev[@]}" >&2 || return
+      python3 - "$m" "$model" "$seq" "$ck" "$r" "$stage" "$n" "$impl" "$gas" <<'PY'
 # zt train's per-step tokens/s (wall clock of the step on rank 0), median of the timed steps.
 import json, sys
-m, model, seq, ck, r, stage, n = sys.argv[1:8]
+m, model, seq, ck, r, stage, n, impl, gas = sys.argv[1:10]
 rows = [json.loads(l) for l in open(m) if l.startswith("{")]
 run = next(x for x in rows if x.get("type") == "run")
 tps = sorted(x["tokens_per_s"] for x in rows if "tokens_per_s" in x and x["step"] > 3)
 med = tps[len(tps) // 2]
-w = run["world_size"]
-print(json.dumps({"impl": "zerotrain-train-sft", "model": model, "params": run["parameters"],
+# (the run record's world_size counts the data-parallel ranks; the GPUs are all the ranks)
+w = run["world_size"] * run.get("pipeline_parallel_size", 1) * run.get("tensor_parallel_size", 1)
+suffix = {"zt-train-tp": "-tp2", "zt-train-pp": "-pp2"}.get(impl, "")
+print(json.dumps({"impl": "zerotrain-train-sft" + suffix, "model": model, "params": run["parameters"],
                   "batch": 1, "seq": int(seq), "world_size": w, "dtype": run["dtype"],
-                  "stage": int(stage), "steps": len(tps), "step_ms_median": 1000 * w * int(seq) / med,
+                  "stage": int(stage), "steps": len(tps),
+                  "step_ms_median": 1000 * run["world_size"] * int(gas) * int(seq) / med,
                   "tokens_per_s": med, "tokens_per_s_per_gpu": med / w, "mfu": None,
                   "peak_mem_bytes": None, "checkpointing": ck == "1", "lora_dim": int(r),
                   "first_loss": rows[1]["loss"], "last_loss": rows[-1]["loss"]}))
@@ -696,7 +710,7 @@ llama_plan() {
       fi
     fi
     cap=240
-    [[ $impl == fsdp2 ]] && cap=300
+    [[ $impl == fsdp2 || $impl == torch-tp ]] && cap=300
     [[ $impl == fsdp2-compile ]] && cap=420
     echo "($part) $impl, $( ((r)) && echo "LoRA r$r" || echo full), checkpointing $ck"
     llama_bench "$impl" "$model" "$seq" "$ck" "$r" "$stage" "$n" "$cap" >>"$jsonl" 2>"$log" ||
@@ -715,6 +729,18 @@ if [[ $parts == *i* ]]; then
   llama_plan i "${ZT_DIST_LLAMA_PLAN:-zt 1;fsdp2 1;fsdp2-compile 1;zt 0;fsdp2 0}" "$lm" "$lseq" \
     "$lsteps" "$out/llama8k.jsonl"
   i_rc=$?
+fi
+
+if [[ $parts == *m* ]]; then
+  mm=${ZT_DIST_LLAMA_MODEL:-llama-8b}
+  mseq=${ZT_DIST_LLAMA_SEQ:-8192}
+  echo "== (m) $mm at sequence $mseq on 2 GPUs, bf16, activation checkpointing: zt train with" \
+    "--tensor-parallel-size 2 and with --pipeline-parallel-size 2 (4 micro-batches a step) next" \
+    "to PyTorch's Megatron-style TP (DTensor parallelize_module); median of the timed steps"
+  : >"$out/llama3d.jsonl"
+  llama_plan m "${ZT_DIST_3D_PLAN:-zt-train-tp 1 0 1;torch-tp 1 0 0;zt-train-pp 1 0 1}" "$mm" \
+    "$mseq" "${ZT_DIST_3D_STEPS:-6}" "$out/llama3d.jsonl"
+  m_rc=$?
 fi
 
 if [[ $parts == *j* ]]; then
@@ -1070,6 +1096,13 @@ def llama_rows(rs, ratio_to):
         print(f"{label(r):<36}{per_gpu(r):>10.0f}{mfu:>7}{r['step_ms_median']:>9.0f}"
               f"{gib(r):>10}{tp:>9}{mem:>12}")
 
+# (m): tensor and pipeline parallelism next to PyTorch's tensor parallelism.
+l3 = rows("llama3d.jsonl")
+if l3:
+    print(f"\n(m) {l3[0]['model']}, seq {l3[0]['seq']}, 2 GPUs, bf16, checkpointing "
+          f"(the first row is the reference of the last two columns)")
+    llama_rows(l3, lambda r: l3[0])
+
 # (i): ZeroTrain's row with the same checkpointing setting is compared with each peer row.
 l8 = rows("llama8k.jsonl")
 if l8:
@@ -1128,7 +1161,7 @@ if big:
 PY
 # Non-zero when any part that ran failed (the table above says which).
 for rc in "$a_rc" "$b_rc" "$c_rc" "$d_rc" "$e_rc" "$f_rc" "$g_rc" "$h_rc" "$i_rc" "$j_rc" "$k_rc" \
-  "$l_rc"; do
+  "$l_rc" "$m_rc"; do
   [[ $rc == 0 || $rc == skipped ]] || exit 1
 done
 exit 0
