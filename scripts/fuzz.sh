@@ -12,7 +12,7 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
   -DZT_CUDA=OFF -DZT_BUILD_BENCH=OFF -DZT_WERROR=OFF -DZT_LIBFUZZER=ON \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
-targets=(config hostfile token_file safetensors checkpoint_metadata hf_config hf_weights jsonl tokenizer_json)
+targets=(config hostfile token_file safetensors checkpoint_metadata checkpoint_unit hf_config hf_weights jsonl tokenizer_json)
 cmake --build build-fuzz -j "$(nproc)" --target "${targets[@]/#/zt_fuzz_}"
 mkdir -p fuzz_out
 for t in "${targets[@]}"; do

@@ -9,6 +9,7 @@
 
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/hf_weights.h"
+#include "zt/checkpoint/unit_layout.h"
 #include "zt/nn/hf/hf_config.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/data/jsonl_dataset.h"
@@ -79,6 +80,23 @@ void checkpoint_metadata(const uint8_t* d, size_t n) {
   if (m.is_ok()) (void)ckpt::checkpoint_verify(dir, *m);
   put(dir + "/" + ckpt::kLatestFile, d, std::min<size_t>(n, 64));
   (void)ckpt::latest_read(dir);
+}
+
+// One unit's record in checkpoint metadata (checkpoint/unit_layout.h) at several tensor-parallel
+// sizes, and the element mapping of every split parameter over bounded ranges.
+void checkpoint_unit(const uint8_t* d, size_t n) {
+  auto j = nlohmann::json::parse(text(d, n), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return;
+  for (int tensor : {1, 2, 4}) {
+    auto u = ckpt::saved_unit_parse(j, tensor, "fuzz/meta.json");
+    if (!u.is_ok()) continue;
+    for (const ckpt::SavedParam& p : u->params) {
+      if (!p.split) continue;
+      const int64_t numel = p.whole_numel();
+      (void)p.split->pieces(0, std::min<int64_t>(numel, 4096));
+      (void)p.split->pieces(std::max<int64_t>(0, numel - 100), numel);
+    }
+  }
 }
 
 // A model's config.json: the family readers, and the model built when it is small.
@@ -240,6 +258,12 @@ const std::vector<Target>& targets() {
       {"checkpoint_metadata", checkpoint_metadata,
        {R"({"format": "zerotrain-checkpoint", "version": 1, "global_steps": 3,
             "files": {"zero_pp_rank_0_mp_rank_00_optim_states.safetensors": {"bytes": 10, "xxh3": "00"}}})"}},
+      {"checkpoint_unit", checkpoint_unit,
+       {R"({"name": "h.0", "numel": 40, "params": [{"name": "w", "offset": 0, "shape": [2, 3],
+            "tensor_parallel": {"whole_shape": [4, 3], "dim": 0, "ranges": [[[0, 1], [2, 3]],
+            [[1, 2], [3, 4]]]}}, {"name": "b", "offset": 16, "shape": [5]}, {"name": "o",
+            "offset": 32, "shape": [3, 2], "tensor_parallel": {"whole_shape": [3, 4], "dim": 1,
+            "ranges": [[[0, 2]], [[2, 4]]]}}]})"}},
       {"jsonl", jsonl,
        {"{\"prompt\": \"Hi\", \"response\": \"there\"}\n\n{\"prompt\": \"a\", \"response\": \"bcdefghij\"}\r\n",
         "{\"prompt\": \"q\", \"chosen\": \"y\", \"rejected\": \"n\"}\n{\"prompt\": \"r\", \"chosen\": \"z\", \"rejected\": \"m\"}",
