@@ -2,6 +2,7 @@
 // consolidated fp32 weights; export-hf writes a checkpoint or a model directory as a folder
 // transformers loads; inspect lists what a checkpoint folder holds and, with --verify, checks
 // every file against its recorded size and checksum.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -118,9 +119,12 @@ int inspect(const ParsedArgs& a) {
   auto meta = ckpt::metadata_read(path);
   if (!meta) return fail(meta.status());
   const nlohmann::json& m = *meta;
-  const int stages = m.value("mp_world_size", 1);
-  const std::string pipeline =
+  // mp_world_size counts the model-parallel ranks: stages x tensor-parallel ranks.
+  const int tensor = std::max(1, m.value("tensor_parallel_size", 1));
+  const int stages = m.value("mp_world_size", 1) / tensor;
+  std::string pipeline =
       stages > 1 ? fmt::format(" x {} pipeline stages", stages) : std::string();
+  if (tensor > 1) pipeline += fmt::format(" x {} tensor-parallel ranks", tensor);
   std::printf("%s:\n  step %lld, samples %lld, skipped %lld\n  saved on %d rank(s)%s at ZeRO "
               "stage %d in %s; optimizer %s\n  model %s, %zu units\n",
               path.c_str(), static_cast<long long>(m.value("global_steps", int64_t{0})),

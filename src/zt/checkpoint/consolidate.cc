@@ -45,41 +45,43 @@ Result<CheckpointWeights> CheckpointWeights::open(const std::string& ckpt_dir,
   const std::string& dir = w.path_;
   ZT_ASSIGN_OR_RETURN(w.meta_, metadata_read(dir));
   ZT_RETURN_IF_ERROR(checkpoint_verify(dir, w.meta_));
+  const std::string meta_path = (fs::path(dir) / kModelStatesFile).string();
   try {
     w.world_ = w.meta_.at("dp_world_size").get<int>();
+    w.tensor_ = w.meta_.value("tensor_parallel_size", 1);
+    if (w.tensor_ < 1 || w.tensor_ > 1 << 16) {
+      return invalid_argument("'{}': tensor_parallel_size {} is not a size", meta_path, w.tensor_);
+    }
     const auto& units = w.meta_.at("model").at("units");
     for (size_t u = 0; u < units.size(); ++u) {
       // Pipeline checkpoints: the stage whose files hold the unit (0: saved without one).
       w.unit_stage_.push_back(units[u].value("stage", 0));
-      for (const auto& p : units[u].at("params")) {
-        CheckpointParam q{.name = p.at("name").get<std::string>(),
-                          .shape = p.at("shape").get<std::vector<int64_t>>(),
-                          .unit = static_cast<int>(u),
-                          .unit_numel = units[u].at("numel").get<int64_t>(),
-                          .offset = p.at("offset").get<int64_t>(),
-                          .numel = 1};
-        for (int64_t d : q.shape) q.numel *= d;
-        if (q.offset < 0 || q.numel < 0 || q.offset + q.numel > q.unit_numel) {
-          return invalid_argument("'{}': parameter '{}' lies outside its unit; the metadata is "
-                                  "damaged",
-                                  dir, q.name);
-        }
-        w.params_.push_back(std::move(q));
+      ZT_ASSIGN_OR_RETURN(SavedUnit saved, saved_unit_parse(units[u], w.tensor_, meta_path));
+      for (SavedParam& p : saved.params) {
+        w.params_.push_back({.name = p.name,
+                             .shape = p.whole,
+                             .unit = static_cast<int>(u),
+                             .unit_numel = saved.numel,
+                             .offset = p.offset,
+                             .numel = p.whole_numel(),
+                             .split = std::move(p.split)});
       }
     }
   } catch (const nlohmann::json::exception& e) {
-    return invalid_argument("'{}/{}' lacks the model's layout ({})", dir, kModelStatesFile,
-                            e.what());
+    return invalid_argument("'{}' lacks the model's layout ({})", meta_path, e.what());
   }
   if (w.world_ < 1) {
     return invalid_argument("'{}': dp_world_size {} is not a world size", dir, w.world_);
   }
   for (int st : std::set<int>(w.unit_stage_.begin(), w.unit_stage_.end())) {
     for (int r = 0; r < w.world_; ++r) {
-      ZT_ASSIGN_OR_RETURN(
-          SafetensorsFile f,
-          SafetensorsFile::open((fs::path(dir) / shard_file_name(r, st)).string()));
-      w.shards_.emplace(std::pair{r, st}, std::move(f));
+      for (int t = 0; t < w.tensor_; ++t) {
+        const int mp = st * w.tensor_ + t;
+        ZT_ASSIGN_OR_RETURN(
+            SafetensorsFile f,
+            SafetensorsFile::open((fs::path(dir) / shard_file_name(r, mp)).string()));
+        w.shards_.emplace(std::pair{r, mp}, std::move(f));
+      }
     }
   }
   return w;
@@ -96,10 +98,19 @@ Status CheckpointWeights::read(const CheckpointParam& p, int64_t lo, int64_t hi,
                                float* out) const {
   ZT_ASSERT(lo >= 0 && lo <= hi && hi <= p.numel, "range [{}, {}) of '{}' ({} elements)", lo, hi,
             p.name, p.numel);
-  for (const SlicePiece& s : flat_reslice(p.unit_numel, world_, p.offset + lo, p.offset + hi)) {
-    const auto& file = shards_.at({s.rank, unit_stage_[static_cast<size_t>(p.unit)]});
-    ZT_RETURN_IF_ERROR(
-        file.read(fmt::format("unit{}.fp32", p.unit), s.src_offset, s.n, out + s.dst_offset));
+  // The parameter's elements among the tensor ranks' parts, then each part's elements among
+  // the data-parallel ranks' chunks of that tensor rank's unit buffer.
+  const std::vector<SplitIndex::Piece> parts =
+      p.split ? p.split->pieces(lo, hi)
+              : std::vector<SplitIndex::Piece>{{.tensor_rank = 0, .local = lo, .n = hi - lo}};
+  const int stage = unit_stage_[static_cast<size_t>(p.unit)];
+  const std::string name = fmt::format("unit{}.fp32", p.unit);
+  for (const SplitIndex::Piece& t : parts) {
+    const int64_t at = p.offset + t.local;
+    for (const SlicePiece& s : flat_reslice(p.unit_numel, world_, at, at + t.n)) {
+      const auto& file = shards_.at({s.rank, stage * tensor_ + t.tensor_rank});
+      ZT_RETURN_IF_ERROR(file.read(name, s.src_offset, s.n, out + t.dst + s.dst_offset));
+    }
   }
   return Status::ok();
 }

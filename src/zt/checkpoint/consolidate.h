@@ -11,23 +11,28 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "zt/checkpoint/safetensors.h"
+#include "zt/checkpoint/unit_layout.h"
 #include "zt/core/status.h"
 
 namespace zt::ckpt {
 
 // One parameter as the checkpoint's metadata lays it out: `numel` elements at `offset` of unit
-// `unit`'s flat buffer of `unit_numel` elements.
+// `unit`'s flat buffer of `unit_numel` elements. Saved with tensor parallelism, `shape` and
+// `numel` are the whole parameter's, the unit's buffer is each tensor rank's, and `split` says
+// which elements each rank's part holds at `offset` (unset: tensor rank 0 holds it whole).
 struct CheckpointParam {
   std::string name;
   std::vector<int64_t> shape;
   int unit = 0;
   int64_t unit_numel = 0, offset = 0, numel = 0;
+  std::optional<SplitIndex> split;
 };
 
 class CheckpointWeights {
@@ -51,8 +56,10 @@ class CheckpointWeights {
   nlohmann::json meta_;
   std::vector<CheckpointParam> params_;
   int world_ = 0;
+  int tensor_ = 1;               // tensor_parallel_size
   std::vector<int> unit_stage_;  // per unit: the pipeline stage whose files hold it
-  std::map<std::pair<int, int>, SafetensorsFile> shards_;  // (data-parallel rank, stage)
+  // (data-parallel rank, model-parallel rank: stage * tensor_ + tensor rank)
+  std::map<std::pair<int, int>, SafetensorsFile> shards_;
 };
 
 // Whether DIR looks like a checkpoint folder: it has `latest` or a complete tag folder.
