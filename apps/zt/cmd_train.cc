@@ -295,15 +295,10 @@ int cmd_train(const Args& raw_args) {
   auto tensor_size = int_flag("--tensor-parallel-size", 1, 1);
   if (!tensor_size) return fail(tensor_size.status());
   const int tensor = static_cast<int>(*tensor_size);
-  if (tensor > 1) {
-    for (const char* f : {"--save", "--load", "--lora-dim"}) {
-      if (a.has(f)) {
-        return fail(invalid_argument(
-            "{} does not work with --tensor-parallel-size yet (docs/parallelism.md lists what "
-            "tensor parallelism supports)",
-            f));
-      }
-    }
+  if (tensor > 1 && a.has("--lora-dim")) {
+    return fail(invalid_argument(
+        "--lora-dim does not work with --tensor-parallel-size yet (docs/parallelism.md lists what "
+        "tensor parallelism supports)"));
   }
   if (a.has("--sequence-parallel")) {
     if (tensor < 2) {
@@ -328,10 +323,10 @@ int cmd_train(const Args& raw_args) {
                           "--cuda-graph"}) {
       if (a.has(f)) {
         return fail(invalid_argument(
-            "{} does not work with --pipeline-parallel-size yet (docs/parallelism.md lists what "
-            "pipelines support; a checkpoint saved with --save exports with zt ckpt export-hf "
+            "{} does not work with {} yet (docs/parallelism.md lists what pipelines and tensor "
+            "parallelism support; a checkpoint saved with --save exports with zt ckpt export-hf "
             "and to-fp32)",
-            f));
+            f, pipe > 1 ? "--pipeline-parallel-size" : "--tensor-parallel-size"));
       }
     }
   }

@@ -44,11 +44,16 @@ the halfway step resumes on PP=2 and on one process, and a one-process save resu
 DP=2 at ZeRO 1; each resume's remaining steps must equal the uninterrupted run's within 1e-5
 relative (fp32 SGD: the state is restored exactly), while a resume without the optimizer state
 (the control) must miss that by far. `zt ckpt to-fp32` of the pipeline checkpoint must equal
-that of the one-process checkpoint of the same step (within 1e-5 of the largest weight).
+that of the one-process checkpoint of the same step (within 1e-5 of the largest weight). The
+same for tensor parallelism (a file per tensor rank, every rank's slices in the metadata): a
+TP=2 save resumes on TP=2, on one process and on PP=2 x TP=2, a one-process save on TP=2 x DP=2
+at ZeRO 1, the control on one process; its to-fp32 equals the one-process checkpoint's, and
+`inspect --verify` reads it.
 
 Refusals, each naming its numbers: ZeRO stage 2 with a pipeline, P that does not divide the
-ranks, --save-async with a pipeline, T that does not divide the key/value heads, --save with
-tensor parallelism.
+ranks, --save-async with a pipeline and with tensor parallelism, T that does not divide the
+key/value heads, --sequence-parallel without tensor parallelism or with a sequence length T
+does not divide.
 
 Usage: pipeline_stages.py ZT_BINARY SOURCE_DIR [--quick]
 """
@@ -331,7 +336,18 @@ try:
                 ["--pipeline-parallel-size", "2", "--load", ck_one]),
                ("resume pp2 without optimizer state (control)", 2, g4,
                 ["--pipeline-parallel-size", "2", "--load", ck_pp, "--no-load-optimizer-states"])]
-    for label, world, cfg, extra in resumes:
+    b = to_fp32(ck_one, os.path.join(TMP, "fp_one"))
+    scale = max(max(abs(x) for x in t) for t in b.values())
+
+    def check_fp32(label, ckpt):
+        a = to_fp32(ckpt, os.path.join(TMP, "fp_" + label.replace(" ", "_")))
+        same = set(a) == set(b) and all(len(a[k]) == len(b[k]) for k in b)
+        worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in b) if same else 1e9
+        check(f"to-fp32 of the {label} checkpoint", same and worst <= 1e-5 * scale,
+              f"{len(a)} tensors, max abs diff {worst:.2e} "
+              f"(tol 1e-5 x max|p| = {1e-5 * scale:.2e})")
+
+    def check_resume(label, world, cfg, extra):
         _, got, _ = run(label.replace(" ", "_").replace(">", ""), world, cfg, "gpt2-tiny", extra)
         worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(full[half:], got))
         starts = [r["step"] for r in got] == list(range(half + 1, STEPS + 1))
@@ -341,12 +357,64 @@ try:
         else:
             check(label, starts and worst <= 1e-5, f"steps {[r['step'] for r in got]}, worst loss "
                                                     f"rel diff {worst:.2e} (tol 1e-5)")
-    a = to_fp32(ck_pp, os.path.join(TMP, "fp_pp"))
-    b = to_fp32(ck_one, os.path.join(TMP, "fp_one"))
-    scale = max(max(abs(x) for x in t) for t in b.values())
-    worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) for k in b) if set(a) == set(b) else 1e9
-    check("to-fp32 of the pipeline checkpoint", set(a) == set(b) and worst <= 1e-5 * scale,
-          f"{len(a)} tensors, max abs diff {worst:.2e} (tol 1e-5 x max|p| = {1e-5 * scale:.2e})")
+
+    for label, world, cfg, extra in resumes:
+        check_resume(label, world, cfg, extra)
+    check_fp32("pipeline", ck_pp)
+
+    # Tensor-parallel checkpoints: each tensor rank's chunks in files of their own (mp_rank =
+    # stage x T + tensor rank, DeepSpeed's model-parallel rank) and every rank's slices in the
+    # metadata, so a TP=2 save resumes on TP=2, on one process and on PP=2 x TP=2, and a
+    # one-process save on TP=2 x DP=2 at ZeRO 1 (each rank's shard of its part), through whole
+    # parameters where the tensor layouts differ. The control resumes on one process without the
+    # optimizer state: the momentum the re-slice restores is what makes the steps equal.
+    ck_tp = os.path.join(TMP, "ck_tp")
+    tp2 = ["--tensor-parallel-size", "2"]
+    run("save_tp2", 2, g4, "gpt2-tiny", tp2 + ["--save", ck_tp], steps=half)
+    meta = json.load(open(os.path.join(ck_tp, tag, "mp_rank_00_model_states.json")))
+    split = [p["name"] for u in meta["model"]["units"] for p in u["params"]
+             if "tensor_parallel" in p]
+    blocks = sum(u["name"].startswith("h.") for u in meta["model"]["units"])
+    # (a GPT-2 block splits q|k|v's weight and bias, the attention output's weight and the MLP's
+    # three; the token table is split too)
+    check("tensor-parallel checkpoint layout", meta.get("tensor_parallel_size") == 2 and
+          meta["mp_world_size"] == 2 and len(split) == 6 * blocks + 1 and sorted(meta["files"]) == [
+              "zero_pp_rank_0_mp_rank_00_optim_states.safetensors",
+              "zero_pp_rank_0_mp_rank_01_optim_states.safetensors"],
+          f"tensor_parallel_size {meta.get('tensor_parallel_size')}, mp_world_size "
+          f"{meta['mp_world_size']}, {len(split)} split parameters, files {sorted(meta['files'])}")
+    p = subprocess.run([ZT, "ckpt", "inspect", ck_tp, "--verify"], env=ENV, capture_output=True,
+                       text=True, timeout=300)
+    check("inspect --verify of the tensor-parallel checkpoint", p.returncode == 0 and
+          "x 2 tensor-parallel ranks" in p.stdout and "verified" in p.stdout,
+          p.stdout.strip().splitlines()[-1:] + p.stderr.strip().splitlines()[-1:])
+    for label, world, cfg, extra in [
+            ("resume tp2 -> tp2", 2, g4, tp2 + ["--load", ck_tp]),
+            ("resume tp2 -> one process", 1, g4, ["--load", ck_tp]),
+            ("resume tp2 -> pp2 x tp2", 4, g4,
+             tp2 + ["--pipeline-parallel-size", "2", "--load", ck_tp]),
+            ("resume one process -> tp2 x dp2 zero1", 4, config("ck_tp_g2s1", 1, 2),
+             tp2 + ["--load", ck_one]),
+            ("resume tp2 -> one process without optimizer state (control)", 1, g4,
+             ["--load", ck_tp, "--no-load-optimizer-states"])]:
+        check_resume(label, world, cfg, extra)
+    check_fp32("tensor-parallel", ck_tp)
+    # export-hf reads parts of split tensors (the token table cut back to the vocabulary's 257
+    # rows takes one row of rank 1's half of the padded 320): the same tensors as the
+    # one-process export.
+    exports = []
+    for label, ckpt in (("one", ck_one), ("tp", ck_tp)):
+        out = os.path.join(TMP, "hf_" + label)
+        p = subprocess.run([ZT, "ckpt", "export-hf", ckpt, out], env=ENV, capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"export-hf {ckpt} exited {p.returncode}:\n{p.stderr[-2000:]}")
+        exports.append(load_f32(os.path.join(out, "model.safetensors")))
+    one, tp = exports
+    same = set(one) == set(tp) and all(len(one[k]) == len(tp[k]) for k in one)
+    worst = max(max(abs(x - y) for x, y in zip(one[k], tp[k])) for k in one) if same else 1e9
+    check("export-hf of the tensor-parallel checkpoint", same and worst <= 1e-5 * scale,
+          f"{len(tp)} tensors, max abs diff {worst:.2e} (tol {1e-5 * scale:.2e})")
 
     p = run("refuse_stage2", 2, config("refuse_stage2", 2, 4), "gpt2-tiny",
             ["--pipeline-parallel-size", "2"], expect_fail=True)
@@ -361,10 +429,12 @@ try:
     check("refuses a tensor size that does not divide the key/value heads", p.returncode != 0 and
           "does not divide llama's 2 key/value heads" in p.stderr,
           p.stderr.strip().splitlines()[-1:])
-    p = run("refuse_tp_save", 2, config("refuse_tp_save", 0, 4), "gpt2-tiny",
-            ["--tensor-parallel-size", "2", "--save", os.path.join(TMP, "ck_tp")], expect_fail=True)
-    check("refuses --save with tensor parallelism", p.returncode != 0 and "--save does not work "
-          "with --tensor-parallel-size" in p.stderr, p.stderr.strip().splitlines()[-1:])
+    p = run("refuse_tp_async", 2, config("refuse_tp_async", 0, 4), "gpt2-tiny",
+            ["--tensor-parallel-size", "2", "--save", os.path.join(TMP, "ck_async"),
+             "--save-async"], expect_fail=True)
+    check("refuses --save-async with tensor parallelism", p.returncode != 0 and "--save-async "
+          "does not work with --tensor-parallel-size" in p.stderr,
+          p.stderr.strip().splitlines()[-1:])
     p = run("refuse_sp_alone", 2, config("refuse_sp_alone", 0, 4), "gpt2-tiny",
             ["--pipeline-parallel-size", "2", "--sequence-parallel"], expect_fail=True)
     check("refuses --sequence-parallel without tensor parallelism", p.returncode != 0 and

@@ -19,8 +19,8 @@
 namespace zt::ckpt {
 namespace fs = std::filesystem;
 
-std::string shard_file_name(int rank, int stage) {
-  return fmt::format("zero_pp_rank_{}_mp_rank_{:02d}_optim_states.safetensors", rank, stage);
+std::string shard_file_name(int rank, int mp_rank) {
+  return fmt::format("zero_pp_rank_{}_mp_rank_{:02d}_optim_states.safetensors", rank, mp_rank);
 }
 
 std::string tag_path(const std::string& dir, const std::string& tag) {
@@ -98,14 +98,18 @@ Status partial_prepare(const std::string& dir, const std::string& tag) {
 
 Result<WrittenFile> shard_write(const std::string& dir, const std::string& tag, int rank,
                                 int world, const std::vector<TensorToWrite>& tensors,
-                                int stage) {
+                                const ShardPlace& place) {
+  std::map<std::string, std::string> meta = {{"format", kFormatName},
+                                             {"rank", std::to_string(rank)},
+                                             {"dp_world_size", std::to_string(world)},
+                                             {"pipeline_stage", std::to_string(place.stage)}};
+  if (place.tensor_size > 1) {
+    meta["tensor_parallel_rank"] = std::to_string(place.tensor_rank);
+    meta["tensor_parallel_size"] = std::to_string(place.tensor_size);
+  }
   return safetensors_write(
-      (fs::path(partial_path(dir, tag)) / shard_file_name(rank, stage)).string(), tensors,
-      {{"format", kFormatName},
-       {"rank", std::to_string(rank)},
-       {"dp_world_size", std::to_string(world)},
-       {"pipeline_stage", std::to_string(stage)}},
-      "checkpoint shard");
+      (fs::path(partial_path(dir, tag)) / shard_file_name(rank, place.mp_rank())).string(),
+      tensors, meta, "checkpoint shard");
 }
 
 void partial_discard(const std::string& dir, const std::string& tag) {
@@ -217,7 +221,8 @@ Result<nlohmann::json> metadata_read(const std::string& tag_dir) {
                             path);
   }
   if (meta.value("version", 0) > kFormatVersion) {
-    return invalid_argument("'{}' is checkpoint format version {}; this ZeroTrain reads up to {}",
+    return invalid_argument("'{}' is checkpoint format version {}; this ZeroTrain reads up to {} "
+                            "(read it with the ZeroTrain that saved it, or a newer one)",
                             path, meta.value("version", 0), kFormatVersion);
   }
   return meta;

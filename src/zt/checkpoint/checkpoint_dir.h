@@ -9,7 +9,9 @@
 //                                                    master weights and optimizer state (with
 //                                                    pipeline stages, mp_rank_{S:02d} holds the
 //                                                    units of stage S, whose number the
-//                                                    metadata gives each unit as "stage")
+//                                                    metadata gives each unit as "stage"; with
+//                                                    tensor parallelism T, mp_rank_{S*T+t:02d}
+//                                                    those of tensor rank t)
 //
 // A save writes into DIR/.<tag>.partial/ (every file atomically, through core/file_io.h), and
 // rank 0 renames the finished folder to DIR/<tag> (exchanging it with an older one of the same
@@ -31,11 +33,24 @@ namespace zt::ckpt {
 constexpr const char* kLatestFile = "latest";
 constexpr const char* kModelStatesFile = "mp_rank_00_model_states.json";
 constexpr const char* kFormatName = "zerotrain-checkpoint";
-constexpr int kFormatVersion = 1;
+// Format versions: 1, every checkpoint saved without tensor parallelism; 2, one saved with it
+// (tensor_parallel_size and the units' "tensor_parallel" records, checkpoint/unit_layout.h), so
+// that a reader predating them refuses it by its version instead of misreading it.
+constexpr int kFormatVersionPlain = 1;
+constexpr int kFormatVersionTensorParallel = 2;
+constexpr int kFormatVersion = kFormatVersionTensorParallel;  // the newest this reader reads
 
-// Data-parallel rank R's shard of pipeline stage S (0 without a pipeline): DeepSpeed's
-// zero_pp_rank_{R}_mp_rank_{S:02d}_optim_states name, as safetensors.
-std::string shard_file_name(int rank, int stage = 0);
+// Data-parallel rank R's shard of model-parallel rank M (the pipeline stage S, or S * T + t with
+// tensor parallelism T; 0 with neither): DeepSpeed's
+// zero_pp_rank_{R}_mp_rank_{M:02d}_optim_states name, as safetensors.
+std::string shard_file_name(int rank, int mp_rank = 0);
+
+// Where a shard belongs besides its data-parallel rank.
+struct ShardPlace {
+  int stage = 0;
+  int tensor_rank = 0, tensor_size = 1;
+  int mp_rank() const { return stage * tensor_size + tensor_rank; }
+};
 std::string tag_path(const std::string& dir, const std::string& tag);
 std::string partial_path(const std::string& dir, const std::string& tag);
 
@@ -50,10 +65,10 @@ Status latest_write(const std::string& dir, const std::string& tag);
 // unfinished folders and temporaries earlier crashed saves left in DIR are removed).
 Status partial_prepare(const std::string& dir, const std::string& tag);
 // Rank R's shard (`tensors`) into the partial folder of `tag`, with the shard's safetensors
-// metadata (format, rank, world size).
+// metadata (format, rank, world size, stage; the tensor-parallel rank and size when T > 1).
 Result<WrittenFile> shard_write(const std::string& dir, const std::string& tag, int rank,
                                 int world, const std::vector<TensorToWrite>& tensors,
-                                int stage = 0);
+                                const ShardPlace& place = {});
 // Rank 0, when a save failed: removes its partial folder (a full disk gets its space back).
 void partial_discard(const std::string& dir, const std::string& tag);
 // Rank 0, after every rank's files and the metadata are in the partial folder: syncs it, moves

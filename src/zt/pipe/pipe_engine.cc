@@ -7,6 +7,7 @@
 
 #include <fmt/ranges.h>
 
+#include "zt/checkpoint/unit_layout.h"
 #include "zt/core/log.h"
 #include "zt/pipe/partition.h"
 #include "zt/runtime/flops_profiler.h"
@@ -176,10 +177,32 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   ZT_ASSERT(pe->dp_comm_ && pe->pp_comm_, "rank {} is in no data-parallel or pipeline group",
             world.rank());
 
-  // Checkpoints describe the whole model: every unit, with the stage that saves it.
-  CheckpointStage cs{.stage = g.stage_id, .stages = S, .whole_units = nlohmann::json::array(),
+  // Checkpoints describe the whole model: every unit, with the stage that saves it, and with
+  // tensor parallelism what each tensor rank's part of it holds (the other ranks' parts are
+  // built for their slices alone: a model holds no parameter memory until an engine binds it).
+  CheckpointStage cs{.stage = g.stage_id,
+                     .stages = S,
+                     .tensor_rank = g.slice_rank,
+                     .tensor = g.slice_parallel_size,
+                     .whole_units = nlohmann::json::array(),
                      .job_comm = &world};
   {
+    std::vector<std::unique_ptr<nn::Model>> others;
+    std::vector<const nn::Model*> tensor_parts;
+    for (int t = 0; t < g.slice_parallel_size; ++t) {
+      if (t == g.slice_rank) {
+        tensor_parts.push_back(first.get());
+        continue;
+      }
+      ZT_ASSIGN_OR_RETURN(auto m, factory({.tp_rank = t, .tp_size = g.slice_parallel_size}));
+      if (m->units().size() != first->units().size()) {
+        return invalid_argument("tensor-parallel rank {}'s part of {} has {} units, rank {}'s {}",
+                                t, first->name(), m->units().size(), g.slice_rank,
+                                first->units().size());
+      }
+      tensor_parts.push_back(m.get());
+      others.push_back(std::move(m));
+    }
     std::vector<int> owner(first->units().size(), 0);
     for (const StagePlan& p : plans) {
       for (int u : p.units) {
@@ -189,7 +212,9 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
       }
     }
     for (size_t u = 0; u < first->units().size(); ++u) {
-      nlohmann::json j = checkpoint_unit_json(*first->units()[u]);
+      std::vector<const nn::Unit*> parts;
+      for (const nn::Model* m : tensor_parts) parts.push_back(m->units()[u].get());
+      nlohmann::json j = ckpt::unit_json(parts);
       j["stage"] = owner[u];
       cs.whole_units.push_back(std::move(j));
     }
@@ -212,12 +237,6 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
   eo.comm = pe->dp_comm_.get();
   eo.model_parallel_comm = pe->mp_comm_ ? pe->mp_comm_.get() : pe->pp_comm_.get();
   eo.norm_skip_replicated = g.slice_rank > 0;  // (the whole parameters: tensor rank 0 counts)
-  if (g.slice_parallel_size > 1) {
-    cs.unsupported = fmt::format(
-        "checkpoints of tensor-parallel layouts (--tensor-parallel-size {}) are not supported "
-        "yet",
-        g.slice_parallel_size);
-  }
   eo.norm_excluded_units = pe->models_.front()->copy_indices();
   eo.checkpoint_stage = std::move(cs);
   ZT_ASSIGN_OR_RETURN(pe->engine_, initialize(*pe->models_.front(), config, eo));

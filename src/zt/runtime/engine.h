@@ -28,24 +28,25 @@
 
 namespace zt {
 
-// A pipeline stage's place in the whole model, for checkpoints (pipe/pipe_engine.h builds it). A
-// checkpoint always describes the whole model: each stage's ranks write the chunks of the units
-// the stage owns, in files named by their data-parallel rank and stage
-// (zero_pp_rank_{R}_mp_rank_{S:02d}_optim_states), under the whole model's unit numbers, so any
-// layout (another stage count, no pipeline) loads it by the same re-slice as ZeRO's.
+// A pipeline stage's (and tensor-parallel rank's) place in the whole model, for checkpoints
+// (pipe/pipe_engine.h builds it). A checkpoint always describes the whole model: each stage's
+// ranks write the chunks of the units the stage owns, in files named by their data-parallel rank
+// and model-parallel rank (zero_pp_rank_{R}_mp_rank_{M:02d}_optim_states, M = stage * tensor +
+// tensor_rank, DeepSpeed's model-parallel rank in its [pipe, data, model] grid), under the whole
+// model's unit numbers, so any layout (another stage count, another tensor-parallel size, no
+// pipeline) loads it by the same re-slice as ZeRO's, through whole parameters where the tensor
+// layouts differ (checkpoint/unit_layout.h).
 struct CheckpointStage {
   int stage = 0, stages = 1;
-  nlohmann::json whole_units;    // the whole model's units as the metadata lists them (+ "stage")
+  int tensor_rank = 0, tensor = 1;  // this rank's tensor-parallel rank and the group's size
+  // The whole model's units as the metadata lists them (+ "stage"; with tensor > 1 every tensor
+  // rank's part of them, ckpt::unit_json).
+  nlohmann::json whole_units;
   std::vector<int> global_unit{};  // this engine's unit i is the whole model's global_unit[i]
   std::vector<bool> saved{};       // whether this stage writes unit i (false: another stage's copy)
   // Every rank of the job (all stages): checkpoints agree and publish across it.
   Communicator* job_comm = nullptr;
-  // Non-empty: this layout cannot save or load yet, and why (save and load fail with it).
-  std::string unsupported{};
 };
-
-// What a checkpoint's metadata says of unit `u` (name, size, parameters, frozen).
-nlohmann::json checkpoint_unit_json(const nn::Unit& u);
 
 struct EngineOptions {
   Device device = Device::cpu();

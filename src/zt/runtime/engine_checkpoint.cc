@@ -1,18 +1,22 @@
 // Engine::save_checkpoint / load_checkpoint (engine.h): the engine's counters, scheduler, loss
 // scaler and optimizer step count go into the metadata JSON; every rank's chunk of the fp32
 // master weights and optimizer state into its safetensors shard (ZeroState::read_saved); loading
-// re-slices the saved chunks onto this engine's world size and stage (checkpoint/flat_layout.h).
+// re-slices the saved chunks onto this engine's world size and stage (checkpoint/flat_layout.h),
+// through whole parameters where the saved tensor-parallel layout differs from this rank's
+// (checkpoint/unit_layout.h).
 // Every phase ends with the ranks agreeing on success, so one rank's failure is an error on all
 // of them, never a rank left waiting.
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "zt/checkpoint/checkpoint_dir.h"
 #include "zt/checkpoint/flat_layout.h"
 #include "zt/checkpoint/hf_export.h"
 #include "zt/checkpoint/safetensors.h"
+#include "zt/checkpoint/unit_layout.h"
 #include "zt/core/file_io.h"
 #include "zt/comm/env.h"
 #include "zt/core/log.h"
@@ -73,16 +77,6 @@ static Status agree(Engine& e, const Status& local, std::string_view phase) {
   return Status::ok();
 }
 
-nlohmann::json checkpoint_unit_json(const nn::Unit& u) {
-  nlohmann::json params = nlohmann::json::array();
-  for (nn::Param* p : const_cast<nn::Unit&>(u).params()) {
-    params.push_back({{"name", p->name}, {"offset", p->offset}, {"shape", p->shape.to_vector()}});
-  }
-  nlohmann::json unit = {{"name", u.name()}, {"numel", u.flat_numel()}, {"params", params}};
-  if (u.frozen()) unit["frozen"] = true;  // its compute copy only: no optimizer state
-  return unit;
-}
-
 nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
                                            const nlohmann::json& client) const {
   nlohmann::json units = nlohmann::json::array();
@@ -90,19 +84,19 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
   if (cs) {
     units = cs->whole_units;
   } else {
-    for (const auto& u : model_.units()) units.push_back(checkpoint_unit_json(*u));
+    for (const auto& u : model_.units()) units.push_back(ckpt::unit_json(*u));
   }
   const LossScalerState& ls = scaler_.state();
   nlohmann::json meta = {
       {"format", ckpt::kFormatName},
-      {"version", ckpt::kFormatVersion},
+      {"version", ckpt::kFormatVersionPlain},
       {"tag", tag},
       {"global_steps", global_steps_},
       {"global_samples", global_samples_},
       {"skipped_steps", skipped_steps_},
       {"micro_steps", micro_steps_},
       {"dp_world_size", comm_->world_size()},
-      {"mp_world_size", cs ? cs->stages : 1},
+      {"mp_world_size", cs ? cs->stages * cs->tensor : 1},
       {"zero_stage", config_.zero.stage},
       {"dtype", std::string(dtype_name(round_dtype_))},
       {"optimizer",
@@ -126,13 +120,15 @@ nlohmann::json Engine::checkpoint_metadata(const std::string& tag,
       {"ds_config", config_to_json(config_)},
       {"client_state", client},
   };
+  // (Only with tensor parallelism: a checkpoint without it keeps the format it always had.)
+  if (cs && cs->tensor > 1) {
+    meta["tensor_parallel_size"] = cs->tensor;
+    meta["version"] = ckpt::kFormatVersionTensorParallel;
+  }
   return meta;
 }
 
 Result<std::string> Engine::save_begin(const std::string& dir, const std::string& tag_in) {
-  if (options_.checkpoint_stage && !options_.checkpoint_stage->unsupported.empty()) {
-    return invalid_argument("save_checkpoint: {}", options_.checkpoint_stage->unsupported);
-  }
   const int rank = job_rank();
   Status local;
   if (micro_steps_ % config_.gradient_accumulation_steps != 0) {
@@ -210,13 +206,17 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
   ZT_RETURN_IF_ERROR(checkpoint_wait());
   ZT_ASSIGN_OR_RETURN(const std::string tag, save_begin(dir, tag_in));
   const int rank = job_rank(), world = job_world_size();
-  const int stage = options_.checkpoint_stage ? options_.checkpoint_stage->stage : 0;
+  const auto& cs = options_.checkpoint_stage;
+  const ckpt::ShardPlace place =
+      cs ? ckpt::ShardPlace{.stage = cs->stage, .tensor_rank = cs->tensor_rank,
+                            .tensor_size = cs->tensor}
+         : ckpt::ShardPlace{};
   Status local;
 
   // Every rank writes its shard, reading each tensor from the training buffers as it goes.
   const std::vector<ckpt::TensorToWrite> tensors = shard_tensors();
   auto written =
-      ckpt::shard_write(dir, tag, comm_->rank(), comm_->world_size(), tensors, stage);
+      ckpt::shard_write(dir, tag, comm_->rank(), comm_->world_size(), tensors, place);
   // A failed save (a full disk) gives its space back: rank 0 removes the unfinished folder.
   auto drop_partial = [&](Status s) {
     if (!s.is_ok() && rank == 0) ckpt::partial_discard(dir, tag);
@@ -225,15 +225,15 @@ Status Engine::save_checkpoint(const std::string& dir, const std::string& tag_in
   ZT_RETURN_IF_ERROR(drop_partial(
       agree(*this, written.status(), fmt::format("saving checkpoint '{}'", dir))));
 
-  // Sizes and checksums of every rank's shard (and its data-parallel rank and stage: the file's
-  // name), for the metadata rank 0 writes.
+  // Sizes and checksums of every rank's shard (and its data-parallel and model-parallel rank: the
+  // file's name), for the metadata rank 0 writes.
   constexpr size_t kSlot = 7;
   std::vector<double> files(kSlot * static_cast<size_t>(world), 0.0);
   const size_t at = kSlot * static_cast<size_t>(rank);
   put_u64(files, at, written->xxh3);
   files[at + 4] = static_cast<double>(written->bytes);
   files[at + 5] = comm_->rank();
-  files[at + 6] = stage;
+  files[at + 6] = place.mp_rank();
   ZT_RETURN_IF_ERROR(all_reduce_job(files, ReduceOp::kSum));
   local = Status::ok();
   if (rank == 0) {
@@ -393,9 +393,6 @@ Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string&
 
 Result<std::optional<LoadedCheckpoint>> Engine::load_checkpoint(
     const std::string& dir, const CheckpointLoadOptions& options) {
-  if (options_.checkpoint_stage && !options_.checkpoint_stage->unsupported.empty()) {
-    return invalid_argument("load_checkpoint: {}", options_.checkpoint_stage->unsupported);
-  }
   // A captured step refers to buffers the load may replace: the next steps capture anew.
   graph_.reset();
   std::string tag = options.tag;
@@ -474,21 +471,57 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
           "checkpoint of another model (check --model)",
           path, units.size(), meta.at("model").value("name", "?"), model_.name(), whole);
     }
-    for (size_t u = 0; u < mine.size(); ++u) {
-      const auto& saved = units[static_cast<size_t>(global(static_cast<int>(u)))];
-      const int64_t numel = saved.at("numel").get<int64_t>();
-      if (numel != mine[u]->flat_numel() || saved.at("name") != mine[u]->name()) {
+    const int saved_tensor = meta.value("tensor_parallel_size", 1);
+    if (saved_tensor < 1 || saved_tensor > 1 << 16) {
+      return invalid_argument("'{}': tensor_parallel_size {} is not a size", meta_path,
+                              saved_tensor);
+    }
+    const int tensor = cs ? cs->tensor : 1;
+    // How this rank reads each of its units: straight from one saved tensor rank's buffer where
+    // that buffer is laid out as this rank's (always when neither side splits tensors), else piece
+    // by piece through the whole parameters (checkpoint/unit_layout.h). The files of a saved
+    // unit are those of model-parallel ranks stage * saved_tensor + t.
+    struct UnitPlan {
+      int64_t saved_numel = 0;  // of each saved tensor rank's flat buffer of the unit
+      int mp_base = 0;          // the saved stage * saved_tensor
+      bool direct = true;
+      int tensor_rank = 0;                    // direct: the saved tensor rank read
+      std::vector<ckpt::TensorPiece> pieces{};  // otherwise
+    };
+    auto plan = [&](int u) -> Result<UnitPlan> {
+      const auto& saved = units[static_cast<size_t>(global(u))];
+      UnitPlan p{.saved_numel = saved.at("numel").get<int64_t>(),
+                 .mp_base = saved.value("stage", 0) * saved_tensor};
+      const nn::Unit& m = *mine[static_cast<size_t>(u)];
+      if (saved.at("name") != m.name() ||
+          (saved_tensor == 1 && tensor == 1 && p.saved_numel != m.flat_numel())) {
         return invalid_argument(
             "checkpoint '{}' is of another model: its unit {} is '{}' with {} elements, this "
             "run's is '{}' with {} (check --model and its sizes)",
-            path, global(static_cast<int>(u)), saved.at("name").get<std::string>(), numel,
-            mine[u]->name(), mine[u]->flat_numel());
+            path, global(u), saved.at("name").get<std::string>(), p.saved_numel, m.name(),
+            m.flat_numel());
       }
-    }
-    // The stage whose files hold a saved unit (0: saved without a pipeline).
-    auto saved_stage = [&](int u) {
-      return units[static_cast<size_t>(global(u))].value("stage", 0);
+      if (saved_tensor == 1 && tensor == 1) return p;
+      ZT_ASSIGN_OR_RETURN(ckpt::SavedUnit su,
+                          ckpt::saved_unit_parse(saved, saved_tensor, meta_path));
+      const auto [begin, end] = zero_->master_extent(u);
+      ZT_ASSIGN_OR_RETURN(p.pieces, ckpt::tensor_reslice(su, const_cast<nn::Unit&>(m).params(),
+                                                         begin, end, path));
+      // One saved rank's buffer holds this rank's extent element for element: read it whole.
+      p.tensor_rank = p.pieces.empty() ? 0 : p.pieces.front().tensor_rank;
+      p.direct = p.saved_numel == m.flat_numel() &&
+                 std::all_of(p.pieces.begin(), p.pieces.end(), [&](const ckpt::TensorPiece& t) {
+                   return t.tensor_rank == p.tensor_rank && t.src == begin + t.dst;
+                 });
+      if (p.direct) p.pieces.clear();
+      return p;
     };
+    // (A checkpoint of another model is refused here, naming the first unit that differs.)
+    std::vector<UnitPlan> plans;
+    for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
+      ZT_ASSIGN_OR_RETURN(UnitPlan p, plan(u));
+      plans.push_back(std::move(p));
+    }
     const int saved_world = meta.at("dp_world_size").get<int>();
     if (saved_world < 1 || saved_world > 1 << 20) {
       return invalid_argument("'{}': dp_world_size {} is not a world size", meta_path,
@@ -504,12 +537,13 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
           path, meta.at("optimizer").value("type", "?"), optim::optimizer_name(optimizer_.spec()));
     }
     const auto& files = meta.at("files");
-    // The shard files, one per (data-parallel rank, stage), in a fixed order: file i is verified
-    // by job rank i mod the job's size, so every file is verified once, by some rank.
+    // The shard files, one per (data-parallel rank, model-parallel rank), in a fixed order: file
+    // i is verified by job rank i mod the job's size, so every file is verified once, by some
+    // rank.
     std::vector<std::pair<int, int>> shard_keys;
     for (int r = 0; r < saved_world; ++r) {
-      for (int st = 0; st < meta.value("mp_world_size", 1); ++st) {
-        if (files.contains(ckpt::shard_file_name(r, st))) shard_keys.emplace_back(r, st);
+      for (int mp = 0; mp < meta.value("mp_world_size", 1); ++mp) {
+        if (files.contains(ckpt::shard_file_name(r, mp))) shard_keys.emplace_back(r, mp);
       }
     }
     auto verifies = [&](std::pair<int, int> key) {
@@ -520,10 +554,10 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
     // Open the shards this rank reads, and check each against the metadata: size and, for the
     // files this rank verifies, the checksum.
     std::map<std::pair<int, int>, ckpt::SafetensorsFile> open;
-    auto shard = [&](int r, int st) -> Result<ckpt::SafetensorsFile*> {
-      auto it = open.find({r, st});
+    auto shard = [&](int r, int mp) -> Result<ckpt::SafetensorsFile*> {
+      auto it = open.find({r, mp});
       if (it != open.end()) return &it->second;
-      const std::string name = ckpt::shard_file_name(r, st);
+      const std::string name = ckpt::shard_file_name(r, mp);
       const std::string file = (fs::path(path) / name).string();
       if (!files.contains(name)) {
         return invalid_argument("'{}' lists no file '{}'; the checkpoint is damaged", meta_path,
@@ -536,7 +570,22 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
                                 "truncated or damaged; load an earlier tag (--load-tag)",
                                 file, f.file_bytes(), bytes);
       }
-      return &open.emplace(std::pair{r, st}, std::move(f)).first->second;
+      return &open.emplace(std::pair{r, mp}, std::move(f)).first->second;
+    };
+    // Unit u's saved tensor `name` in the shard of data-parallel rank r, model-parallel rank mp,
+    // checked to hold that rank's chunk of a buffer of saved_numel elements.
+    using Entry = std::pair<ckpt::SafetensorsFile*, const ckpt::TensorEntry*>;
+    auto entry = [&](int r, int mp, const std::string& name,
+                     int64_t saved_numel) -> Result<Entry> {
+      ZT_ASSIGN_OR_RETURN(auto* f, shard(r, mp));
+      ZT_ASSIGN_OR_RETURN(const ckpt::TensorEntry* e, f->find(name));
+      const int64_t want = ckpt::flat_chunk(saved_numel, saved_world, r).saved_numel();
+      if (e->dtype != DType::f32 || e->numel != want) {
+        return invalid_argument("'{}': tensor '{}' has {} {} elements, the layout needs {} "
+                                "f32; the checkpoint is damaged",
+                                f->path(), name, e->numel, e->dtype_name, want);
+      }
+      return Entry{f, e};
     };
     if (phase == RestorePhase::kCheck) {
       // The shards this rank reads or verifies must be there, of their recorded size, with
@@ -545,11 +594,23 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
         if (verifies(key)) ZT_RETURN_IF_ERROR(shard(key.first, key.second).status());
       }
       for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
+        const UnitPlan& p = plans[static_cast<size_t>(u)];
         const auto [begin, end] = zero_->master_extent(u);
-        for (const ckpt::SlicePiece& p :
-             ckpt::flat_reslice(mine[u]->flat_numel(), saved_world, begin, end)) {
-          ZT_RETURN_IF_ERROR(shard(p.rank, saved_stage(u)).status());
+        if (p.direct) {
+          for (const ckpt::SlicePiece& s :
+               ckpt::flat_reslice(p.saved_numel, saved_world, begin, end)) {
+            ZT_RETURN_IF_ERROR(shard(s.rank, p.mp_base + p.tensor_rank).status());
+          }
+          continue;
         }
+        std::set<std::pair<int, int>> keys;
+        for (const ckpt::TensorPiece& t : p.pieces) {
+          for (const ckpt::SlicePiece& s :
+               ckpt::flat_reslice(p.saved_numel, saved_world, t.src, t.src + t.n)) {
+            keys.emplace(s.rank, p.mp_base + t.tensor_rank);
+          }
+        }
+        for (const auto& [r, mp] : keys) ZT_RETURN_IF_ERROR(shard(r, mp).status());
       }
       return Status::ok();
     }
@@ -563,28 +624,24 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
     };
     std::map<std::pair<int, int>, std::vector<Need>> needs;
     const int kinds = load_opt ? 1 + static_cast<int>(state_names.size()) : 1;
+    std::vector<int> through_whole;  // the units read piece by piece (below)
     for (int u = 0; u < static_cast<int>(mine.size()); ++u) {
-      const int64_t numel = mine[u]->flat_numel();
+      const UnitPlan& p = plans[static_cast<size_t>(u)];
       const auto [begin, end] = zero_->master_extent(u);
+      if (!p.direct) through_whole.push_back(u);
       for (int k = 0; k < saved_kinds(*zero_, u, state_names); ++k) {
         ZT_RETURN_IF_ERROR(zero_->zero_extent(u, k));
-        if (k >= kinds) continue;
+        if (k >= kinds || !p.direct) continue;
         const std::string name = tensor_name(global(u), k == 0 ? "fp32" : state_names[k - 1]);
-        const int st = saved_stage(u);
-        for (const ckpt::SlicePiece& p : ckpt::flat_reslice(numel, saved_world, begin, end)) {
-          ZT_ASSIGN_OR_RETURN(auto* f, shard(p.rank, st));
-          ZT_ASSIGN_OR_RETURN(const ckpt::TensorEntry* e, f->find(name));
-          const int64_t want = ckpt::flat_chunk(numel, saved_world, p.rank).saved_numel();
-          if (e->dtype != DType::f32 || e->numel != want) {
-            return invalid_argument("'{}': tensor '{}' has {} {} elements, the layout needs {} "
-                                    "f32; the checkpoint is damaged",
-                                    f->path(), name, e->numel, e->dtype_name, want);
-          }
-          needs[{p.rank, st}].push_back({.file_begin = e->begin + p.src_offset * 4,
-                                   .bytes = p.n * 4,
-                                   .unit = u,
-                                   .kind = k,
-                                   .dst = p.dst_offset});
+        const int mp = p.mp_base + p.tensor_rank;
+        for (const ckpt::SlicePiece& s :
+             ckpt::flat_reslice(p.saved_numel, saved_world, begin, end)) {
+          ZT_ASSIGN_OR_RETURN(const auto fe, entry(s.rank, mp, name, p.saved_numel));
+          needs[{s.rank, mp}].push_back({.file_begin = fe.second->begin + s.src_offset * 4,
+                                         .bytes = s.n * 4,
+                                         .unit = u,
+                                         .kind = k,
+                                         .dst = s.dst_offset});
         }
       }
     }
@@ -644,6 +701,29 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
         return invalid_argument("checkpoint file '{}' fails its checksum (xxh3 {}, expected {}): "
                                 "it is damaged; load an earlier tag (--load-tag)",
                                 f->path(), ckpt::hash_hex(h), want);
+      }
+    }
+    // The units whose saved tensor layout differs from this rank's: one unit and tensor kind at
+    // a time, this rank's extent is put together in host memory from the pieces of the saved
+    // tensor ranks' chunks, then written at once (their files' checksums were verified above by
+    // whichever rank streams them).
+    std::vector<float> staged;
+    for (int u : through_whole) {
+      const UnitPlan& p = plans[static_cast<size_t>(u)];
+      const auto [begin, end] = zero_->master_extent(u);
+      for (int k = 0; k < std::min(kinds, saved_kinds(*zero_, u, state_names)); ++k) {
+        const std::string name = tensor_name(global(u), k == 0 ? "fp32" : state_names[k - 1]);
+        staged.assign(static_cast<size_t>(end - begin), 0.0f);
+        for (const ckpt::TensorPiece& t : p.pieces) {
+          const int mp = p.mp_base + t.tensor_rank;
+          for (const ckpt::SlicePiece& s :
+               ckpt::flat_reslice(p.saved_numel, saved_world, t.src, t.src + t.n)) {
+            ZT_ASSIGN_OR_RETURN(const auto fe, entry(s.rank, mp, name, p.saved_numel));
+            ZT_RETURN_IF_ERROR(fe.first->read(name, s.src_offset, s.n,
+                                              staged.data() + t.dst + s.dst_offset));
+          }
+        }
+        ZT_RETURN_IF_ERROR(zero_->write_range(u, k, 0, staged.data(), end - begin));
       }
     }
     // Gradients accumulated before the load belong to the old weights.
