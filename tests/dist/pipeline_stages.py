@@ -46,9 +46,9 @@ relative (fp32 SGD: the state is restored exactly), while a resume without the o
 (the control) must miss that by far. `zt ckpt to-fp32` of the pipeline checkpoint must equal
 that of the one-process checkpoint of the same step (within 1e-5 of the largest weight). The
 same for tensor parallelism (a file per tensor rank, every rank's slices in the metadata): a
-TP=2 save resumes on TP=2, on one process and on PP=2 x TP=2, a one-process save on TP=2 x DP=2
-at ZeRO 1, the control on one process; its to-fp32 equals the one-process checkpoint's, and
-`inspect --verify` reads it.
+TP=2 save resumes on TP=2 (with and without sequence parallelism), on one process and on PP=2
+x TP=2, a one-process save on TP=2 x DP=2 at ZeRO 1, the control on one process; its to-fp32
+and export-hf equal the one-process checkpoint's, and `inspect --verify` reads it.
 
 Refusals, each naming its numbers: ZeRO stage 2 with a pipeline, P that does not divide the
 ranks, --save-async with a pipeline and with tensor parallelism, T that does not divide the
@@ -366,7 +366,8 @@ try:
     # stage x T + tensor rank, DeepSpeed's model-parallel rank) and every rank's slices in the
     # metadata, so a TP=2 save resumes on TP=2, on one process and on PP=2 x TP=2, and a
     # one-process save on TP=2 x DP=2 at ZeRO 1 (each rank's shard of its part), through whole
-    # parameters where the tensor layouts differ. The control resumes on one process without the
+    # parameters where the tensor layouts differ; sequence parallelism changes no parameter, so
+    # the TP=2 save resumes with it too. The control resumes on one process without the
     # optimizer state: the momentum the re-slice restores is what makes the steps equal.
     ck_tp = os.path.join(TMP, "ck_tp")
     tp2 = ["--tensor-parallel-size", "2"]
@@ -393,6 +394,8 @@ try:
             ("resume tp2 -> one process", 1, g4, ["--load", ck_tp]),
             ("resume tp2 -> pp2 x tp2", 4, g4,
              tp2 + ["--pipeline-parallel-size", "2", "--load", ck_tp]),
+            ("resume tp2 -> tp2 sequence-parallel", 2, g4,
+             tp2 + ["--sequence-parallel", "--load", ck_tp]),
             ("resume one process -> tp2 x dp2 zero1", 4, config("ck_tp_g2s1", 1, 2),
              tp2 + ["--load", ck_one]),
             ("resume tp2 -> one process without optimizer state (control)", 1, g4,
