@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "zt/checkpoint/flat_layout.h"
+#include "zt/checkpoint/model_open.h"
 #include "zt/nn/models/registry.h"
 #include "zt/nn/models/transformer.h"
 #include "zt/zero/zero_state.h"
@@ -319,7 +320,14 @@ Built build(const nn::TransformerConfig& c, int t, int T) {
 
 void check_family(const std::string& name, const std::vector<int>& sizes) {
   SCOPED_TRACE(name);
-  auto c = nn::model_config_named(name);
+  Result<nn::TransformerConfig> c = invalid_argument("no config");
+  if (name.find('/') != std::string::npos) {  // a model directory's config.json
+    auto opened = model_open(name);
+    ASSERT_TRUE(opened.is_ok()) << opened.status().message();
+    c = opened->model->transformer_config();
+  } else {
+    c = nn::model_config_named(name);
+  }
   ASSERT_TRUE(c.is_ok()) << c.status().message();
   std::map<int, std::vector<Built>> layouts;  // T -> its ranks
   for (int T : sizes) {
@@ -387,6 +395,8 @@ void check_family(const std::string& name, const std::vector<int>& sizes) {
 TEST(TensorReslice, ModelFamiliesBetweenTensorParallelSizes) {
   check_family("gpt2-tiny", {1, 2, 4});  // q|k|v and MLP biases split, the token table's rows
   check_family("llama-tiny", {1, 2});    // grouped-query heads (two), [gate | up] rows
+  // The masked-LM head's bias split with the vocabulary, its transform whole.
+  check_family(ZT_SOURCE_DIR "/tests/fixtures/hf/bert_mlm", {1, 2});
 }
 
 }  // namespace
