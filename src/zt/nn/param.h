@@ -35,6 +35,13 @@ struct ParamSlice {
   Shape full;
   int dim = 0;
   std::vector<std::pair<int64_t, int64_t>> ranges;
+  // Elements other tensor ranks hold too (key/value heads fewer than the ranks: each is kept by
+  // `replicas` consecutive ranks): [lo, hi) runs of this slice's own elements. Their gradient is
+  // summed over those ranks before the step (each rank's heads gave part of it), and the
+  // gradient norm counts them on the first of them (`counts_replicated`).
+  std::vector<std::pair<int64_t, int64_t>> replicated{};
+  int replicas = 1;
+  bool counts_replicated = true;
 };
 // The element runs [full_lo, full_hi) of the whole parameter that elements [lo, hi) of the slice
 // are, in order.

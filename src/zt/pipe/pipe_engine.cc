@@ -173,6 +173,24 @@ Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactor
       ZT_ASSIGN_OR_RETURN(auto c, world.new_group(topo.filter_match({{kAxisData, d}})));
       if (c) pe->mp_comm_ = std::move(c);
     }
+    // Key/value heads fewer than the tensor ranks: each is held by R consecutive tensor ranks
+    // (nn::ParamSlice::replicas), which sum its gradient before the step.
+    int replicas = 1;
+    for (const auto& u : first->units()) {
+      for (const nn::Param* p : u->params()) {
+        if (p->slice) replicas = std::max(replicas, p->slice->replicas);
+      }
+    }
+    if (replicas > 1) {
+      for (const auto& list : topo.axis_comm_lists(kAxisModel)) {
+        for (size_t i = 0; i + replicas <= list.size(); i += static_cast<size_t>(replicas)) {
+          const std::vector<int> ranks(list.begin() + static_cast<std::ptrdiff_t>(i),
+                                       list.begin() + static_cast<std::ptrdiff_t>(i + replicas));
+          ZT_ASSIGN_OR_RETURN(auto c, world.new_group(ranks));
+          if (c) pe->replica_comm_ = std::move(c);
+        }
+      }
+    }
   }
   ZT_ASSERT(pe->dp_comm_ && pe->pp_comm_, "rank {} is in no data-parallel or pipeline group",
             world.rank());
@@ -281,6 +299,23 @@ std::string PipelineEngine::describe() const {
   return fmt::format("{} ranks as {}; stage {} of {} (data-parallel index {}{}): units {}{}",
                      topology_->world_size(), topology_->describe(), grid_.stage_id,
                      grid_.pipe_parallel_size, grid_.data_parallel_id, tensor, units, copies);
+}
+
+Status PipelineEngine::reduce_replicated_grads() {
+  if (!replica_comm_) return Status::ok();
+  // The batch's gradients of the shared rows, each rank's from its own query heads: summed once
+  // per batch (the buffers hold every micro-batch's), before the data-parallel reduction.
+  std::vector<Tensor> parts;
+  StageModel& m = *models_.front();
+  for (size_t u = 0; u < m.units().size(); ++u) {
+    if (!m.runs_unit(u)) continue;
+    for (nn::Param* p : m.units()[u]->params()) {
+      if (!p->slice || p->slice->replicas <= 1 || !p->grad.defined()) continue;
+      for (const auto& [lo, hi] : p->slice->replicated) parts.push_back(p->grad.view(lo, {hi - lo}));
+    }
+  }
+  if (parts.empty()) return Status::ok();
+  return replica_comm_->all_reduce_coalesced(parts, ReduceOp::kSum, engine_->stream()).wait();
 }
 
 void PipelineEngine::bind_copies() {
@@ -497,6 +532,7 @@ Status PipelineEngine::execute(const Instruction& in,
       return Status::ok();
     }
     case Op::kReduceGrads:
+      ZT_RETURN_IF_ERROR(reduce_replicated_grads());
       return engine_->zero_state().reduce_grads();
     case Op::kOptimizerStep: {
       // The last stage's mean loss over the micro-batches, on every stage of the pipeline.

@@ -130,6 +130,8 @@ class PipelineEngine {
   Status execute(const Instruction& in, const std::function<Result<MicroBatch>()>& next);
   Status after_pass(Status s);
   void bind_copies();
+  // Sums the gradients of elements several tensor ranks hold (nn::ParamSlice::replicated).
+  Status reduce_replicated_grads();
 
   std::unique_ptr<Communicator> own_world_;
   Communicator* world_ = nullptr;
@@ -140,6 +142,8 @@ class PipelineEngine {
   // Tensor parallelism: the rank's tensor-parallel group, and the model-parallel group (every
   // rank of its data index: the stages and their tensor-parallel ranks) the step reduces over.
   std::unique_ptr<Communicator> tp_comm_, mp_comm_;
+  // The tensor ranks that hold this rank's key/value heads too (null when none share them).
+  std::unique_ptr<Communicator> replica_comm_;
   std::vector<CommHandle> tp_pending_;  // the tensor-parallel collectives of the current pass
   // Per tied unit this stage holds (owner or copy): the stage index and the group of the stages
   // holding it (null when only this stage does).

@@ -817,12 +817,26 @@ void Engine::accumulate_grad_sumsq(Tensor& acc) {
       kernels::sum_squares_accumulate(acc, g, ctx_.stream);
       continue;
     }
-    // Only the tensor-parallel parts, each where it meets this rank's extent of the unit.
+    // Only the tensor-parallel parts, each where it meets this rank's extent of the unit; of
+    // elements several ranks hold (shared key/value heads), only the first rank's count.
     const auto [begin, end] = zero_->master_extent(u);
     for (nn::Param* p : model_.units()[static_cast<size_t>(u)]->params()) {
       if (!p->slice) continue;
-      const int64_t lo = std::max(begin, p->offset), hi = std::min(end, p->offset + p->numel());
-      if (lo < hi) kernels::sum_squares_accumulate(acc, g.view(lo - begin, {hi - lo}), ctx_.stream);
+      std::vector<std::pair<int64_t, int64_t>> runs;  // of the parameter's own elements
+      int64_t at = 0;
+      if (!p->slice->counts_replicated) {
+        for (const auto& [lo, hi] : p->slice->replicated) {
+          if (lo > at) runs.emplace_back(at, lo);
+          at = hi;
+        }
+      }
+      if (at < p->numel()) runs.emplace_back(at, p->numel());
+      for (const auto& [a, b] : runs) {
+        const int64_t lo = std::max(begin, p->offset + a), hi = std::min(end, p->offset + b);
+        if (lo < hi) {
+          kernels::sum_squares_accumulate(acc, g.view(lo - begin, {hi - lo}), ctx_.stream);
+        }
+      }
     }
   }
 }

@@ -52,14 +52,15 @@ std::vector<float> cat(std::vector<std::vector<float>> parts) {
   return out;
 }
 
-void check_config(const std::string& what, const nn::TransformerConfig& config) {
+void check_config(const std::string& what, const nn::TransformerConfig& config, int T = 2) {
   SCOPED_TRACE(what);
   const nn::TransformerConfig* c = &config;
   nn::Transformer whole(*c);
   const Values full = init_values(whole);
-  const int T = 2;
   const int64_t C = c->hidden, HS = c->head_dim, NH = c->n_head, KV = c->n_kv_head, F = c->inner;
-  const int64_t nh = NH / T, kv = KV / T, f = F / T;
+  // Fewer key/value heads than ranks: each kept whole by T/KV consecutive ranks.
+  const int64_t share = KV < T ? T / KV : 1;
+  const int64_t nh = NH / T, kv = KV * share / T, f = F / T;
   const bool gated = c->gated == nn::Gated::kYes;
   int sliced = 0;
   for (int r = 0; r < T; ++r) {
@@ -83,9 +84,10 @@ void check_config(const std::string& what, const nn::TransformerConfig& config) 
       };
       const int64_t k = bias ? 1 : C;  // a row's length
       if (is(n.qkv)) {
+        const int64_t j = r / share;  // the rank's key/value head group
         want = cat({rows(w, k, r * nh * HS, (r + 1) * nh * HS),
-                    rows(w, k, NH * HS + r * kv * HS, NH * HS + (r + 1) * kv * HS),
-                    rows(w, k, (NH + KV) * HS + r * kv * HS, (NH + KV) * HS + (r + 1) * kv * HS)});
+                    rows(w, k, NH * HS + j * kv * HS, NH * HS + (j + 1) * kv * HS),
+                    rows(w, k, (NH + KV) * HS + j * kv * HS, (NH + KV) * HS + (j + 1) * kv * HS)});
         ++sliced;
       } else if (is(n.attn_out) && !bias) {
         want = cols(w, NH * HS, r * nh * HS, (r + 1) * nh * HS);
@@ -129,13 +131,20 @@ TEST(TensorParallel, EachRanksPartsAreTheWholeModelsValues) {
   c->n_kv_head = 4;
   c->inner = 4096;
   check_config("one wide llama block", *c);
+  // Key/value heads fewer than the ranks: llama-tiny's 2 over 4 ranks, each head on two.
+  auto t = nn::model_config_named("llama-tiny");
+  ASSERT_TRUE(t.is_ok());
+  check_config("llama-tiny over 4 ranks", *t, 2 * t->n_kv_head);
 }
 
 TEST(TensorParallel, RefusesSizesThatDoNotDivideTheModel) {
   auto c = nn::model_config_named("llama-tiny");
   ASSERT_TRUE(c.is_ok());
   nn::TransformerConfig tc = *c;
-  tc.tp_size = c->n_kv_head * 2;
+  // 4 ranks over 6 key/value heads: neither a divisor nor a multiple.
+  tc.n_head = 12;
+  tc.n_kv_head = 6;
+  tc.tp_size = 4;
   const Status s = nn::tensor_parallel_check(tc);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("key/value heads"), std::string::npos) << s.message();

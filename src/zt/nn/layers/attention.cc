@@ -17,15 +17,23 @@ bool want_flash(Device device, DType dtype, int64_t head_size) {
 
 namespace {
 
+// How many tensor-parallel ranks hold each key/value head: 1 when the ranks split them, T/KV
+// when there are fewer key/value heads than ranks (each then kept whole by consecutive ranks,
+// whose query heads are exactly the ones that read it).
+int kv_replicas(const AttentionConfig& c) {
+  return c.n_kv_heads % c.tp_size == 0 ? 1 : c.tp_size / c.n_kv_heads;
+}
+
 // This rank's part of the layer: its heads.
 AttentionConfig local_heads(const AttentionConfig& c) {
-  ZT_ASSERT(c.tp_size >= 1 && c.n_heads % c.tp_size == 0 && c.n_kv_heads % c.tp_size == 0,
+  ZT_ASSERT(c.tp_size >= 1 && c.n_heads % c.tp_size == 0 &&
+                (c.n_kv_heads % c.tp_size == 0 || c.tp_size % c.n_kv_heads == 0),
             "attention: {} heads and {} key/value heads do not split over {} tensor-parallel "
             "ranks",
             c.n_heads, c.n_kv_heads, c.tp_size);
   AttentionConfig l = c;
   l.n_heads = c.n_heads / c.tp_size;
-  l.n_kv_heads = c.n_kv_heads / c.tp_size;
+  l.n_kv_heads = c.n_kv_heads * kv_replicas(c) / c.tp_size;
   return l;
 }
 
@@ -41,18 +49,28 @@ Attention::Attention(Unit& unit, const AttentionNames& names, const AttentionCon
       out_(unit, names.out, config_.n_heads * config.head_dim, config.hidden, config.out_bias,
            config.out_init_std) {
   if (config.tp_size > 1) {
-    // The whole layer's rows [q | k | v]: this rank's heads in each of the three.
+    // The whole layer's rows [q | k | v]: this rank's heads in each of the three (its key/value
+    // head shared with the other ranks of its group when there are fewer than the ranks).
     const int64_t HS = config.head_dim, NH = config.n_heads, KV = config.n_kv_heads;
     const int64_t nh = config_.n_heads, kv = config_.n_kv_heads, r = config.tp_rank;
+    const int R = kv_replicas(config);
+    const int64_t j = r / R;  // this rank's first key/value head: replicas share theirs
     const std::vector<std::pair<int64_t, int64_t>> rows = {
         {r * nh * HS, (r + 1) * nh * HS},
-        {NH * HS + r * kv * HS, NH * HS + (r + 1) * kv * HS},
-        {(NH + KV) * HS + r * kv * HS, (NH + KV) * HS + (r + 1) * kv * HS}};
+        {NH * HS + j * kv * HS, NH * HS + (j + 1) * kv * HS},
+        {(NH + KV) * HS + j * kv * HS, (NH + KV) * HS + (j + 1) * kv * HS}};
     const int64_t all = (NH + 2 * KV) * HS;
-    qkv_.weight().slice = ParamSlice{.full = {all, config.hidden}, .dim = 0, .ranges = rows};
-    if (qkv_.bias() != nullptr) {
-      qkv_.bias()->slice = ParamSlice{.full = {all}, .dim = 0, .ranges = rows};
-    }
+    auto slice = [&](Shape full, int64_t row_elems) {
+      ParamSlice s{.full = full, .dim = 0, .ranges = rows};
+      if (R > 1) {  // the k and v rows, after this rank's q rows
+        s.replicated = {{nh * HS * row_elems, (nh + 2 * kv) * HS * row_elems}};
+        s.replicas = R;
+        s.counts_replicated = r % R == 0;
+      }
+      return s;
+    };
+    qkv_.weight().slice = slice({all, config.hidden}, config.hidden);
+    if (qkv_.bias() != nullptr) qkv_.bias()->slice = slice({all}, 1);
     out_.weight().slice = ParamSlice{
         .full = {config.hidden, NH * HS}, .dim = 1, .ranges = {{r * nh * HS, (r + 1) * nh * HS}}};
     out_.set_row_parallel();

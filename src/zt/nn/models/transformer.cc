@@ -20,11 +20,11 @@ Status tensor_parallel_check(const TransformerConfig& c) {
     return invalid_argument("--tensor-parallel-size {} does not divide {}'s {} attention heads", T,
                             c.model_type, c.n_head);
   }
-  if (c.n_kv_head % T != 0) {
+  if (c.n_kv_head % T != 0 && T % c.n_kv_head != 0) {
     return invalid_argument(
-        "--tensor-parallel-size {} does not divide {}'s {} key/value heads (replicating them over "
-        "the ranks is not supported yet): use a size that divides {}",
-        T, c.model_type, c.n_kv_head, c.n_kv_head);
+        "--tensor-parallel-size {} neither divides {}'s {} key/value heads nor is a multiple of "
+        "them (each head is then kept by T/{} ranks): use a divisor or a multiple of {}",
+        T, c.model_type, c.n_kv_head, c.n_kv_head, c.n_kv_head);
   }
   if (c.inner % T != 0) {
     return invalid_argument("--tensor-parallel-size {} does not divide {}'s MLP width {}", T,
