@@ -178,7 +178,12 @@ Status CapturedGraph::begin(const Stream& stream) {
   if (!stream.device().is_cuda()) return invalid_argument("CUDA graphs capture CUDA streams only");
 #if ZT_HAVE_CUDA
   cuda::cache_capture_begin(stream.device().index);
-  cuda::graph_begin(stream.handle());
+  try {
+    cuda::graph_begin(stream.handle());
+  } catch (...) {
+    (void)cuda::cache_capture_end(stream.device().index);  // (stop logging)
+    throw;
+  }
   return Status::ok();
 #else
   no_cuda();

@@ -65,9 +65,11 @@ struct Context {
 // Sums (or maxes) `t` over the tensor-parallel group in place (nothing without one).
 void tp_all_reduce(Context& ctx, Tensor& t, ReduceOp op = ReduceOp::kSum);
 
-// Sequence parallelism (Context::sequence_parallel): whether this pass splits the tokens.
+// Sequence parallelism (Context::sequence_parallel): whether this pass splits the tokens (never
+// while decoding with a KV cache: every layer asks this one question, so they agree).
 inline bool sp_on(const Context& ctx) {
-  return ctx.sequence_parallel && ctx.tp_size > 1 && ctx.tp_comm != nullptr;
+  return ctx.sequence_parallel && ctx.tp_size > 1 && ctx.tp_comm != nullptr &&
+         ctx.kv_cache == nullptr;
 }
 // The whole tensor (B, S, ...) from every rank's part (B, S/T, ...) (2-D: (N/T, C) -> (N, C)).
 Tensor sp_gather(Context& ctx, const Tensor& part);

@@ -15,8 +15,9 @@
 // Capture: after kWarmupSteps eager steps (cuBLASLt's heuristics, cuDNN's plans, the rotary
 // tables and the allocator's blocks are made by then), the step is queued under stream capture
 // (core/device.h CapturedGraph, which keeps the allocator's blocks of the capture for the graph).
-// If CUDA refuses the capture, nothing of it ran: its host-side effects are undone and the step
-// runs eagerly, with a warning, and the run goes on without the graph.
+// If CUDA refuses the capture, nothing of it ran: its host-side effects on the engine and ZeRO's
+// state are undone and the step runs eagerly, with a warning, and the run goes on without the
+// graph.
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -33,8 +34,8 @@ namespace zt {
 namespace {
 
 constexpr int kWarmupSteps = 2;
-// A graph is captured again when the micro-batch's count of counted targets changes; after this
-// many captures the run stops capturing (SFT's padded rows change it every step).
+// A graph is captured again when the micro-batch's shape or count of counted targets changes;
+// after this many captures the run stops capturing (SFT's padded rows change it every step).
 constexpr int kMaxCaptures = 3;
 
 }  // namespace
@@ -92,9 +93,11 @@ Status Engine::train_batch(const Tensor& tokens, const Tensor& targets) {
   const Device dev = options_.device;
   const Stream& s = ctx_.stream;
   if (graph_ == nullptr || !(graph_->shape == tokens.shape())) {
-    // Buffers for this shape (a new shape captures anew, after its own warm-up).
+    // Buffers for this shape (a new shape captures anew, after its own warm-up; the captures
+    // made for earlier shapes still count against kMaxCaptures).
     auto g = std::make_unique<GraphState>();
     g->shape = tokens.shape();
+    if (graph_ != nullptr) g->captures = graph_->captures;
     const DType acc = kernels::accum_dtype(ctx_.compute_dtype);
     g->tokens_host = Tensor::empty_pinned(g->shape, DType::i32);
     g->targets_host = Tensor::empty_pinned(g->shape, DType::i32);
@@ -111,13 +114,13 @@ Status Engine::train_batch(const Tensor& tokens, const Tensor& targets) {
     ++g.eager_steps;
     return eager_batch(tokens, targets);
   }
-  if (g.graph != nullptr && g.counted != counted) {
+  if (g.graph == nullptr || g.counted != counted) {
     g.graph.reset();  // the loss gradient's 1/counted is in the kernels' arguments
     if (g.captures >= kMaxCaptures) {
       ZT_LOG_INFO(
-          "--cuda-graph: the micro-batches' counted targets change from step to step ({} now, {} "
-          "before); the step runs without a CUDA graph from here on",
-          counted, g.counted);
+          "--cuda-graph: {} captures so far, and the micro-batches' shape or counted targets "
+          "({} now) keep changing; the step runs without a CUDA graph from here on",
+          g.captures, counted);
       g.off = true;
       return eager_batch(tokens, targets);
     }
@@ -140,22 +143,31 @@ Status Engine::train_batch(const Tensor& tokens, const Tensor& targets) {
   if (g.graph == nullptr) {
     ++g.captures;
     const int64_t steps_before = optimizer_.steps();
-    Status queued = CapturedGraph::begin(s);
-    if (queued.is_ok()) {
-      try {
-        queued = queue_graph_step(counted, v);
-      } catch (const std::exception& e) {
-        queued = unavailable("{}", e.what());
+    Status queued;
+    try {
+      queued = CapturedGraph::begin(s);
+      if (queued.is_ok()) {
+        try {
+          queued = queue_graph_step(counted, v);
+        } catch (const std::exception& e) {
+          queued = unavailable("{}", e.what());
+        }
+        auto captured = CapturedGraph::end(s);
+        if (queued.is_ok() && !captured.is_ok()) queued = captured.status();
+        if (queued.is_ok()) g.graph = std::move(captured).value();
       }
-      auto captured = CapturedGraph::end(s);
-      if (queued.is_ok() && !captured.is_ok()) queued = captured.status();
-      if (queued.is_ok()) g.graph = std::move(captured).value();
+    } catch (const std::exception& e) {
+      queued = unavailable("{}", e.what());
     }
     if (!queued.is_ok()) {
       // Nothing of the capture ran on the GPU: undo what it did on the host (the optimizer's
-      // step count, the gradients' written marks) and run this step and the next ones eagerly.
+      // step count, what the pass queued for reduction, the gradients' written marks; the
+      // units' saved activations are replaced by the next forward) and run this step and the
+      // next ones eagerly.
       optimizer_.set_steps(steps_before);
+      zero_->abandon_pass();
       zero_->zero_grads();
+      ctx_.targets = nullptr;
       g.off = true;
       ZT_LOG_WARN("--cuda-graph: the training step could not be captured ({}); it runs without "
                   "a CUDA graph",

@@ -666,6 +666,20 @@ void ZeroState::zero_grads() {
   }
 }
 
+void ZeroState::abandon_pass() {
+  (void)bucket_.take();
+  pending_.clear();
+  stream_handles_.clear();
+  hook_status_ = Status::ok();
+  if (options_.stage >= 2) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (!units_[u].grad.defined()) continue;
+      units_[u].grad = Tensor();
+      model_.units()[u]->bind_grads(Tensor());
+    }
+  }
+}
+
 void ZeroState::clear_unwritten_grads() {
   for (size_t i = 0; i < units_.size(); ++i) {
     if (!units_[i].grad.defined()) continue;

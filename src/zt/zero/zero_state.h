@@ -274,9 +274,13 @@ class ZeroState : public nn::UnitHooks {
   // Starts the next accumulation: stages 0-1 leave the buffers' values and mark the gradients
   // unwritten (Param::grad_unwritten), stages 2-3 clear what is bound.
   void zero_grads();
-  // Clears every gradient still marked unwritten (for a caller that adds into the buffers
-  // through other bindings of them, such as the pipeline's copies of its units).
+  // Clears every trainable unit's gradient buffer, whole, and marks it written (for a caller
+  // that adds into the buffers through other bindings of them, such as the pipeline's copies of
+  // its units: they then add to zeros, as before gradients were written first).
   void clear_unwritten_grads();
+  // Forgets a pass whose work never ran (a refused CUDA-graph capture): the gradients queued for
+  // reduction and the handles of collectives, and at stages 2-3 the pass's gradient buffers.
+  void abandon_pass();
   // Stage 3 on a GPU, after the optimizer step: starts the gather of the next forward's first
   // unit on the communication stream, so it runs while the host reads the step back and makes
   // the next batch (nothing computes before that gather, so it would otherwise be exposed).

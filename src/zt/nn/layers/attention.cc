@@ -82,7 +82,7 @@ Attention::Attention(Unit& unit, const AttentionNames& names, const AttentionCon
 
 Tensor Attention::forward(Context& ctx, const Tensor& x_in, const Tensor* residual) {
   // Sequence-parallel: x_in and the residual are this rank's tokens; the heads read them all.
-  const bool sp = sp_on(ctx) && ctx.kv_cache == nullptr;
+  const bool sp = sp_on(ctx);
   const Tensor x = sp ? sp_gather(ctx, x_in) : x_in;
   const int64_t B = x.size(0), T = x.size(1);
   const int NH = config_.n_heads;

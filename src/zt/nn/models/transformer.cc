@@ -96,8 +96,25 @@ TransformerEmbedding::TransformerEmbedding(const TransformerConfig& c) : Unit("e
 }
 
 // Rows of the position table each token reads: offset + t (cached per batch shape and device).
+// The ones that start at position 0 (training, evaluation, a prompt) are kept per shape for the
+// model's life: a CUDA-graph step reads them at a fixed address, so one made for another shape
+// in between must not replace them.
 const Tensor& TransformerEmbedding::position_ids(Context& ctx, int64_t B, int64_t T) {
   const int64_t first = ctx.kv_cache != nullptr ? ctx.kv_cache->past_len : 0;
+  if (first == 0) {
+    Tensor& kept = pos_kept_[{B, T, ctx.device.str()}];
+    if (!kept.defined()) {
+      Tensor host = Tensor::empty({B, T}, DType::i32);
+      int32_t* p = host.data<int32_t>();
+      for (int64_t i = 0; i < B * T; ++i) {
+        p[i] = static_cast<int32_t>(c_.position_offset + i % T);
+      }
+      kept = host.to(ctx.device, ctx.stream);
+    }
+    pos_ids_ = kept;
+    pos_b_ = -1;  // (the decoding cache below is for positions past 0)
+    return pos_ids_;
+  }
   if (pos_b_ != B || pos_t_ != T || pos_first_ != first || pos_device_ != ctx.device.str()) {
     Tensor host = Tensor::empty({B, T}, DType::i32);
     int32_t* p = host.data<int32_t>();
@@ -154,7 +171,7 @@ Tensor TransformerEmbedding::forward(Context& ctx, const Tensor& tokens) {
       kernels::embedding_lookup_forward(e, types_in_, types_->value, kernels::Accumulate::kAdd, s);
     }
   }
-  if (split && sp_on(ctx) && first == 0) {
+  if (split && sp_on(ctx)) {
     e = sp_reduce_scatter(ctx, e);  // (sequence-parallel: the sum, this rank's tokens only)
   } else if (split) {
     tp_all_reduce(ctx, e);
@@ -387,7 +404,7 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   Tensor h = x_;
   if (final_norm_) h = normed_ = final_norm_->forward(ctx, h);
   // Sequence-parallel: x is this rank's tokens; the vocabulary's columns are computed for all.
-  const bool sp = sp_on(ctx) && ctx.kv_cache == nullptr;
+  const bool sp = sp_on(ctx);
   ZT_ASSERT(!sp || !transform_, "sequence parallelism does not split BERT's masked-LM head");
   gathered_ = sp ? sp_gather(ctx, h) : Tensor();
   if (sp) h = gathered_;

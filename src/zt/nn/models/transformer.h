@@ -5,9 +5,11 @@
 // when the two are tied (an extra unit for the ZeRO-3 schedule).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -111,6 +113,7 @@ class TransformerEmbedding : public Unit {
   std::optional<Norm> norm_;
   std::optional<Linear> project_in_;
   Tensor tokens_, types_in_, sum_, pos_ids_;
+  std::map<std::tuple<int64_t, int64_t, std::string>, Tensor> pos_kept_;  // from position 0
   int64_t pos_b_ = -1, pos_t_ = -1, pos_first_ = -1;
   std::string pos_device_;
 };
