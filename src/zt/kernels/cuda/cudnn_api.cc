@@ -172,4 +172,121 @@ cudnnDataType_t data_type(DType dt) {
   return CUDNN_DATA_FLOAT;
 }
 
+bool has_note(const Desc& engine, cudnnBackendNumericalNote_t note) {
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  int64_t n = 0;
+  check(api()->BackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                   CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n,
+                                   notes),
+        "engine numerical notes");
+  for (int64_t i = 0; i < n; ++i) {
+    if (notes[i] == note) return true;
+  }
+  return false;
+}
+
+int64_t engine_index(const Desc& engine) {
+  int64_t n = 0, index = -1;
+  (void)api()->BackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64,
+                                   1, &n, &index);
+  return index;
+}
+
+std::unique_ptr<Plan> make_plan(const std::vector<const Desc*>& ops,
+                                std::vector<std::unique_ptr<Desc>> descs,
+                                const std::function<const char*(const Desc& engine)>& reject,
+                                std::initializer_list<cudnnBackendHeurMode_t> modes) {
+  cudnnHandle_t h = handle();
+  auto plan = std::make_unique<Plan>();
+  plan->graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  plan->graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+      .set_descs(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops)
+      .finalize("operation graph");
+  std::string why = "no engine";
+  for (cudnnBackendHeurMode_t mode : modes) {
+    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, plan->graph)
+        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+    try {
+      heur.finalize("engine heuristics");
+    } catch (const Error& e) {
+      why = e.what();
+      continue;
+    }
+    int64_t count = 0;
+    check(api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
+          "engine heuristics result count");
+    std::vector<Desc> cfgs;
+    std::vector<cudnnBackendDescriptor_t> raw;
+    for (int64_t i = 0; i < count; ++i) {
+      cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+      raw.push_back(cfgs.back().get());
+    }
+    int64_t got = 0;
+    check(api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
+          "engine heuristics results");
+    for (int64_t i = 0; i < got; ++i) {
+      try {
+        Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        cudnnBackendDescriptor_t e = engine.get();
+        int64_t n = 0;
+        check(api()->BackendGetAttribute(cfgs[i].get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e),
+              "engine of a configuration");
+        if (const char* no = reject(engine); no != nullptr) {
+          why = no;
+          continue;
+        }
+        const int64_t index = engine_index(engine);
+        Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+        cudnnBackendDescriptor_t c = cfgs[i].get();
+        p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
+            .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
+            .finalize("execution plan");
+        int64_t ws = 0;
+        check(api()->BackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                         CUDNN_TYPE_INT64, 1, &n, &ws),
+              "plan workspace size");
+        plan->plan = std::move(p);
+        plan->workspace = ws;
+        plan->engine = index;
+        plan->descs = std::move(descs);
+        return plan;
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+  }
+  throw Error(why);
+}
+
+void execute(Plan& plan, const std::vector<std::pair<int64_t, void*>>& args, Device device,
+             const Stream& s) {
+  cudnnHandle_t h = handle();
+  check(api()->SetStream(h, static_cast<cudaStream_t>(s.handle())), "cudnnSetStream");
+  Tensor ws;
+  void* ws_ptr = nullptr;
+  if (plan.workspace > 0) {
+    ws = Tensor::empty({plan.workspace}, DType::u8, device, s);
+    ws_ptr = ws.data();
+  }
+  std::vector<int64_t> uids;
+  std::vector<void*> ptrs;
+  for (const auto& [uid, ptr] : args) {
+    if (ptr == nullptr) continue;
+    uids.push_back(uid);
+    ptrs.push_back(ptr);
+  }
+  Desc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+  vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
+         uids.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+           static_cast<int64_t>(ptrs.size()), ptrs.data())
+      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr)
+      .finalize("variant pack");
+  check(api()->BackendExecute(h, plan.plan.get(), vp.get()), "cudnnBackendExecute");
+}
+
 }  // namespace zt::kernels::cuda::cudnn

@@ -7,10 +7,12 @@
 #include <cudnn_graph.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "zt/core/tensor.h"
@@ -76,5 +78,38 @@ class Desc {
 };
 
 cudnnDataType_t data_type(DType dt);
+
+// An execution plan for one operation graph, with the descriptors the graph is made of (alive as
+// long as the plan).
+struct Plan {
+  std::vector<std::unique_ptr<Desc>> descs;
+  Desc graph;
+  Desc plan;
+  int64_t workspace = 0;
+  int64_t engine = -1;  // cuDNN's global engine index (for logs)
+};
+
+// Whether an engine's numerical notes include `note` (CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
+// ..._TENSOR_CORE, ...).
+bool has_note(const Desc& engine, cudnnBackendNumericalNote_t note);
+
+// The plan of the first engine cuDNN's heuristics (mode A, then the fallback list) rank for the
+// graph of `ops` that `reject` does not refuse: reject(engine) returns why not (a short phrase)
+// or nullptr to take it. `descs` are the graph's descriptors, kept by the plan. Throws Error
+// naming the last reason when no engine runs the graph.
+// `modes` are the heuristic modes asked, in order.
+std::unique_ptr<Plan> make_plan(const std::vector<const Desc*>& ops,
+                                std::vector<std::unique_ptr<Desc>> descs,
+                                const std::function<const char*(const Desc& engine)>& reject,
+                                std::initializer_list<cudnnBackendHeurMode_t> modes = {
+                                    CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
+
+// The engine's global index (-1 when cuDNN does not say).
+int64_t engine_index(const Desc& engine);
+
+// Runs `plan` on stream `s` with the variant pack {uid: pointer} (a null pointer: a tensor this
+// variant of the graph does not have, left out), with a workspace from the device's allocator.
+void execute(Plan& plan, const std::vector<std::pair<int64_t, void*>>& args, Device device,
+             const Stream& s);
 
 }  // namespace zt::kernels::cuda::cudnn

@@ -33,6 +33,8 @@ namespace zt::kernels::cuda {
 namespace {
 
 using cudnn::Desc;
+using cudnn::Plan;
+using cudnn::execute;
 
 // Unique ids of the graph's real tensors (the variant pack's keys).
 enum Uid : int64_t {
@@ -279,112 +281,29 @@ void build_backward(Graph& g, const Dims& d, bool deterministic) {
   }
 }
 
-struct Plan {
-  std::vector<std::unique_ptr<Desc>> descs;  // the graph's descriptors, alive as long as the plan
-  Desc graph;
-  Desc plan;
-  int64_t workspace = 0;
-  int64_t engine = -1;
-};
-
-bool nondeterministic(const Desc& engine) {
-  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-  int64_t n = 0;
-  cudnn::check(cudnn::api()->BackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                                 CUDNN_TYPE_NUMERICAL_NOTE,
-                                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
-               "engine numerical notes");
-  for (int64_t i = 0; i < n; ++i) {
-    if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
-  }
-  return false;
-}
-
 enum class Pass : int { kForward, kBackward, kBackwardAtomic };
 
 const char* pass_name(Pass p) {
   return p == Pass::kForward ? "forward" : p == Pass::kBackward ? "backward" : "atomic backward";
 }
 
-// Builds the execution plan of the first engine cuDNN's heuristics rank for the graph (for the
+// The execution plan of the first engine cuDNN's heuristics rank for the graph (for the
 // deterministic backward: the first whose numerical notes do not say nondeterministic). Throws
 // cudnn::Error when none can run it.
 std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
-  cudnnHandle_t h = cudnn::handle();
   Graph g(cudnn::data_type(dt));
   if (pass == Pass::kForward) {
     build_forward(g, d);
   } else {
     build_backward(g, d, pass == Pass::kBackward);
   }
-  auto plan = std::make_unique<Plan>();
-  plan->graph = Desc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  plan->graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
-      .set_descs(CUDNN_ATTR_OPERATIONGRAPH_OPS, g.ops())
-      .finalize("operation graph");
-  std::string why = "no engine";
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-    heur.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, plan->graph)
-        .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
-    try {
-      heur.finalize("engine heuristics");
-    } catch (const cudnn::Error& e) {
-      why = e.what();
-      continue;
-    }
-    int64_t count = 0;
-    cudnn::check(
-        cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr),
-        "engine heuristics result count");
-    std::vector<Desc> cfgs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < count; ++i) {
-      cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-      raw.push_back(cfgs.back().get());
-    }
-    int64_t got = 0;
-    cudnn::check(
-        cudnn::api()->BackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                          CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()),
-        "engine heuristics results");
-    for (int64_t i = 0; i < got; ++i) {
-      try {
-        Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-        cudnnBackendDescriptor_t e = engine.get();
-        int64_t n = 0;
-        cudnn::check(cudnn::api()->BackendGetAttribute(cfgs[i].get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e),
-                     "engine of a configuration");
-        if (pass == Pass::kBackward && nondeterministic(engine)) {
-          why = "only nondeterministic engines";
-          continue;
-        }
-        int64_t index = -1;
-        (void)cudnn::api()->BackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64,
-                                                1, &n, &index);
-        Desc p(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        cudnnBackendDescriptor_t c = cfgs[i].get();
-        p.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h)
-            .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
-            .finalize("execution plan");
-        int64_t ws = 0;
-        cudnn::check(
-            cudnn::api()->BackendGetAttribute(p.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                              CUDNN_TYPE_INT64, 1, &n, &ws),
-            "plan workspace size");
-        plan->plan = std::move(p);
-        plan->workspace = ws;
-        plan->engine = index;
-        plan->descs = g.take();
-        return plan;
-      } catch (const cudnn::Error& e) {
-        why = e.what();
-      }
-    }
-  }
-  throw cudnn::Error(why);
+  const std::vector<const Desc*> ops = g.ops();
+  return cudnn::make_plan(ops, g.take(), [&](const Desc& engine) -> const char* {
+    return pass == Pass::kBackward &&
+                   cudnn::has_note(engine, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
+               ? "only nondeterministic engines"
+               : nullptr;
+  });
 }
 
 using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, bool, int>;
@@ -413,33 +332,6 @@ Plan* plan_for(Pass pass, const Dims& d, DType dt) {
   Plan* raw = p.get();
   plans.emplace(key, std::move(p));
   return raw;
-}
-
-void execute(Plan& plan, const std::vector<std::pair<int64_t, void*>>& args, Device device,
-             const Stream& s) {
-  cudnnHandle_t h = cudnn::handle();
-  cudnn::check(cudnn::api()->SetStream(h, static_cast<cudaStream_t>(s.handle())), "cudnnSetStream");
-  Tensor ws;
-  void* ws_ptr = nullptr;
-  if (plan.workspace > 0) {
-    ws = Tensor::empty({plan.workspace}, DType::u8, device, s);
-    ws_ptr = ws.data();
-  }
-  std::vector<int64_t> uids;
-  std::vector<void*> ptrs;
-  for (const auto& [uid, ptr] : args) {
-    if (ptr == nullptr) continue;  // a tensor this variant of the graph does not have
-    uids.push_back(uid);
-    ptrs.push_back(ptr);
-  }
-  Desc vp(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  vp.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
-         uids.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-           static_cast<int64_t>(ptrs.size()), ptrs.data())
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws_ptr)
-      .finalize("variant pack");
-  cudnn::check(cudnn::api()->BackendExecute(h, plan.plan.get(), vp.get()), "cudnnBackendExecute");
 }
 
 // Whether to try cuDNN at all; throws (through ZT_ASSERT) when it is required and missing.
