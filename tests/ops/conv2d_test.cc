@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zt/kernels/conv_ops.h"
+#include "zt/kernels/ops.h"
 
 namespace zt {
 namespace {
@@ -107,7 +107,7 @@ TEST(Conv2d, ForwardMatchesDirectLoop) {
         Tensor weight = random_tensor({c.K, c.C, c.R, c.S}, dt, 2);
         Tensor bias = random_tensor({c.K}, dt, 3);
         Tensor out = random_tensor(os, dt, 4);  // garbage: out is written
-        kernels::cpu::conv2d_forward(out, in, weight, with_bias ? &bias : nullptr, c.args);
+        kernels::conv2d_forward(out, in, weight, with_bias ? &bias : nullptr, c.args);
         const std::vector<double> b = bias.to_doubles();
         const std::vector<double> expected = conv_naive(c, in.to_doubles(), weight.to_doubles(),
                                                         with_bias ? &b : nullptr, os[2], os[3]);
@@ -124,11 +124,11 @@ TEST(Conv2d, ForwardHandExample) {
   Tensor weight = Tensor::from_doubles({1, 1, 1, 1}, {1, 1, 2, 2}, DType::f64);
   Tensor bias = Tensor::from_doubles({10}, {1}, DType::f64);
   Tensor out = Tensor::empty({1, 1, 2, 2}, DType::f64);
-  kernels::cpu::conv2d_forward(out, in, weight, &bias, {});
+  kernels::conv2d_forward(out, in, weight, &bias, {});
   EXPECT_EQ(out.to_doubles(), (std::vector<double>{22, 26, 34, 38}));
   // Padding 1, stride 2: windows at (-1,-1), (-1,1), (1,-1), (1,1) see 1; 2+3; 4+7; 5+6+8+9.
   Tensor out2 = Tensor::empty({1, 1, 2, 2}, DType::f64);
-  kernels::cpu::conv2d_forward(out2, in, weight, nullptr,
+  kernels::conv2d_forward(out2, in, weight, nullptr,
                                {.stride_h = 2, .stride_w = 2, .pad_h = 1, .pad_w = 1});
   EXPECT_EQ(out2.to_doubles(), (std::vector<double>{1, 5, 11, 28}));
 }
@@ -145,7 +145,7 @@ void conv_check_backward(const ConvCase& c, InputGrad input_grad, WeightGrad wei
   Tensor out = Tensor::empty(os, DType::f64);
   const std::vector<double> w = random_weights(os.numel(), 8);
   auto loss = [&] {
-    kernels::cpu::conv2d_forward(out, in, weight, &bias, c.args);
+    kernels::conv2d_forward(out, in, weight, &bias, c.args);
     return weighted_sum(out, w);
   };
   const std::vector<double> fd_in = finite_difference(in, loss);
@@ -160,7 +160,7 @@ void conv_check_backward(const ConvCase& c, InputGrad input_grad, WeightGrad wei
   Tensor dbias = Tensor::zeros({c.K}, DType::f64);
   Tensor* din_ptr = input_grad == InputGrad::kCompute ? &din : nullptr;
   for (int call = 1; call <= 2; ++call) {
-    kernels::cpu::conv2d_backward(din_ptr, dweight, &dbias, dout, in, weight, c.args);
+    kernels::conv2d_backward(din_ptr, dweight, &dbias, dout, in, weight, c.args);
     std::vector<double> w_expected = fd_w, b_expected = fd_b;
     for (double& x : w_expected) x *= call;  // parameter gradients accumulate over calls
     for (double& x : b_expected) x *= call;
@@ -196,7 +196,7 @@ TEST(Conv2d, Float32MatchesFloat64) {
     Tensor dout = random_tensor(os, dts[k], 12);
     Tensor din = Tensor::empty(in.shape(), dts[k]);
     Tensor dweight = Tensor::zeros(weight.shape(), dts[k]), dbias = Tensor::zeros({c.K}, dts[k]);
-    kernels::cpu::conv2d_backward(&din, dweight, &dbias, dout, in, weight, c.args);
+    kernels::conv2d_backward(&din, dweight, &dbias, dout, in, weight, c.args);
     results[k][0] = din.to_doubles();
     results[k][1] = dweight.to_doubles();
     results[k][2] = dbias.to_doubles();
@@ -217,7 +217,7 @@ TEST(Conv2d, SeveralColumnGroupsMatchDirectLoops) {
   Tensor in = random_tensor({c.N, c.C, c.H, c.W}, DType::f64, 13);
   Tensor weight = random_tensor({c.K, c.C, c.R, c.S}, DType::f64, 14);
   Tensor out = Tensor::empty(os, DType::f64);
-  kernels::cpu::conv2d_forward(out, in, weight, nullptr, c.args);
+  kernels::conv2d_forward(out, in, weight, nullptr, c.args);
   const std::vector<double> x = in.to_doubles(), w = weight.to_doubles();
   expect_close(out.to_doubles(), conv_naive(c, x, w, nullptr, os[2], os[3]), 1e-12, 1e-12,
                "grouped forward");
@@ -225,7 +225,7 @@ TEST(Conv2d, SeveralColumnGroupsMatchDirectLoops) {
   Tensor dout = random_tensor(os, DType::f64, 15);
   Tensor din = Tensor::empty(in.shape(), DType::f64);
   Tensor dweight = Tensor::zeros(weight.shape(), DType::f64);
-  kernels::cpu::conv2d_backward(&din, dweight, nullptr, dout, in, weight, c.args);
+  kernels::conv2d_backward(&din, dweight, nullptr, dout, in, weight, c.args);
   const std::vector<double> g = dout.to_doubles();
   std::vector<double> dw(w.size(), 0.0), dx(x.size(), 0.0);
   const int64_t P = os[2], Q = os[3];
@@ -259,7 +259,7 @@ TEST(Conv2dDeathTest, ShapeMismatchAbortsNamingTheShapes) {
   Tensor in = random_tensor({1, 3, 8, 8}, DType::f64, 16);
   Tensor weight = random_tensor({4, 3, 3, 3}, DType::f64, 17);
   Tensor out = Tensor::empty({1, 4, 8, 8}, DType::f64);  // should be (1, 4, 6, 6)
-  EXPECT_DEATH(kernels::cpu::conv2d_forward(out, in, weight, nullptr, {}),
+  EXPECT_DEATH(kernels::conv2d_forward(out, in, weight, nullptr, {}),
                "conv2d_forward: out \\[1, 4, 8, 8\\] is not \\[1, 4, 6, 6\\]");
 }
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zt/kernels/conv_ops.h"
+#include "zt/kernels/ops.h"
 #include "zt/kernels/ops.h"
 
 namespace zt {
@@ -87,7 +87,7 @@ struct Net {
         auto s = kernels::conv2d_out_shape(in.shape(), weight[i].shape(), l.conv);
         EXPECT_TRUE(s.is_ok()) << s.status().message();
         Tensor out = Tensor::empty(*s, in.dtype());
-        kernels::cpu::conv2d_forward(out, in, weight[i], &bias[i], l.conv);
+        kernels::conv2d_forward(out, in, weight[i], &bias[i], l.conv);
         acts.push_back(out);
       } else if (l.kind == Kind::kRelu) {
         Tensor y = acts.back();  // the same storage: in place
@@ -98,7 +98,7 @@ struct Net {
         EXPECT_TRUE(s.is_ok()) << s.status().message();
         Tensor out = Tensor::empty(*s, in.dtype());
         indices[i] = Tensor::empty(*s, DType::i32);
-        kernels::cpu::maxpool2d_forward(out, indices[i], in, l.pool);
+        kernels::maxpool2d_forward(out, indices[i], in, l.pool);
         acts.push_back(out);
       }
     }
@@ -112,14 +112,14 @@ struct Net {
       const LayerSpec& l = specs[i];
       if (l.kind == Kind::kConv) {
         Tensor din = Tensor::empty(acts[i].shape(), g.dtype());
-        kernels::cpu::conv2d_backward(&din, dweight[i], &dbias[i], g, acts[i], weight[i], l.conv);
+        kernels::conv2d_backward(&din, dweight[i], &dbias[i], g, acts[i], weight[i], l.conv);
         g = din;
       } else if (l.kind == Kind::kRelu) {
         // In place: acts[i] was overwritten by the ReLU; its output is > 0 where its input was.
         kernels::activation_backward(g, g, acts[i + 1], kernels::Activation::kRelu);
       } else {
         Tensor din = Tensor::empty(acts[i].shape(), g.dtype());
-        kernels::cpu::maxpool2d_backward(din, g, indices[i]);
+        kernels::maxpool2d_backward(din, g, indices[i]);
         g = din;
       }
     }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/test_util.h"
-#include "zt/kernels/conv_ops.h"
+#include "zt/kernels/ops.h"
 
 namespace zt {
 namespace {
@@ -83,7 +83,7 @@ TEST(MaxPool2d, ForwardMatchesDirectLoop) {
       Tensor in = random_tensor({c.N, c.C, c.H, c.W}, dt, 1, -2.0, -1.0);
       Tensor out = random_tensor(os, dt, 2);
       Tensor idx = Tensor::empty(os, DType::i32);
-      kernels::cpu::maxpool2d_forward(out, idx, in, c.args);
+      kernels::maxpool2d_forward(out, idx, in, c.args);
       std::vector<double> expected, expected_idx;
       pool_naive(c, in.to_doubles(), os[2], os[3], expected, expected_idx);
       EXPECT_EQ(out.to_doubles(), expected);  // a max is one of the inputs: exact
@@ -102,7 +102,7 @@ TEST(MaxPool2d, TiesNanAndAllMinusInfFollowTorch) {
   Tensor in = Tensor::from_doubles({1, 3, 2, 2, 3, 0, 2, 2, -kInf, -kInf, 5, nan, -kInf, -kInf, 7, 1},
                                    {1, 1, 4, 4}, DType::f64);
   Tensor out = Tensor::empty({1, 1, 2, 2}, DType::f64), idx = Tensor::empty({1, 1, 2, 2}, DType::i32);
-  kernels::cpu::maxpool2d_forward(out, idx, in,
+  kernels::maxpool2d_forward(out, idx, in,
                                   {.kernel_h = 2, .kernel_w = 2, .stride_h = 2, .stride_w = 2});
   EXPECT_EQ(idx.to_doubles(), (std::vector<double>{1, 2, 8, 11}));
   const std::vector<double> v = out.to_doubles();
@@ -118,12 +118,12 @@ TEST(MaxPool2d, BackwardRoutesEachGradientToItsArgmax) {
   Tensor in = Tensor::from_doubles({1, 4, 9, 2, 3}, {1, 1, 1, 5}, DType::f64);
   const Pool2dArgs a{.kernel_h = 1, .kernel_w = 3, .stride_h = 1, .stride_w = 2};
   Tensor out = Tensor::empty({1, 1, 1, 2}, DType::f64), idx = Tensor::empty({1, 1, 1, 2}, DType::i32);
-  kernels::cpu::maxpool2d_forward(out, idx, in, a);
+  kernels::maxpool2d_forward(out, idx, in, a);
   EXPECT_EQ(out.to_doubles(), (std::vector<double>{9, 9}));
   EXPECT_EQ(idx.to_doubles(), (std::vector<double>{2, 2}));
   Tensor dout = Tensor::from_doubles({0.5, 0.25}, {1, 1, 1, 2}, DType::f64);
   Tensor din = Tensor::from_doubles({7, 7, 7, 7, 7}, {1, 1, 1, 5}, DType::f64);  // garbage
-  kernels::cpu::maxpool2d_backward(din, dout, idx);
+  kernels::maxpool2d_backward(din, dout, idx);
   EXPECT_EQ(din.to_doubles(), (std::vector<double>{0, 0, 0.75, 0, 0}));
 
   // On random inputs: din is zero except at argmaxes, where it is the sum of their gradients.
@@ -132,10 +132,10 @@ TEST(MaxPool2d, BackwardRoutesEachGradientToItsArgmax) {
     const Shape os = out_shape(c);
     Tensor x = random_tensor({c.N, c.C, c.H, c.W}, DType::f32, 3);
     Tensor o = Tensor::empty(os, DType::f32), ix = Tensor::empty(os, DType::i32);
-    kernels::cpu::maxpool2d_forward(o, ix, x, c.args);
+    kernels::maxpool2d_forward(o, ix, x, c.args);
     Tensor g = random_tensor(os, DType::f32, 4);
     Tensor dx = random_tensor(x.shape(), DType::f32, 5);
-    kernels::cpu::maxpool2d_backward(dx, g, ix);
+    kernels::maxpool2d_backward(dx, g, ix);
     std::vector<double> expected(static_cast<size_t>(x.numel()), 0.0);
     const std::vector<double> gi = g.to_doubles(), ii = ix.to_doubles();
     const int64_t PQ = os[2] * os[3], HW = c.H * c.W;
@@ -162,14 +162,14 @@ TEST(MaxPool2d, BackwardMatchesFiniteDifferences) {
     Tensor out = Tensor::empty(os, DType::f64), idx = Tensor::empty(os, DType::i32);
     const std::vector<double> w = random_weights(os.numel(), 8);
     auto loss = [&] {
-      kernels::cpu::maxpool2d_forward(out, idx, in, c.args);
+      kernels::maxpool2d_forward(out, idx, in, c.args);
       return weighted_sum(out, w);
     };
     const std::vector<double> fd = finite_difference(in, loss);
-    kernels::cpu::maxpool2d_forward(out, idx, in, c.args);
+    kernels::maxpool2d_forward(out, idx, in, c.args);
     Tensor dout = Tensor::from_doubles(w, os, DType::f64);
     Tensor din = Tensor::empty(in.shape(), DType::f64);
-    kernels::cpu::maxpool2d_backward(din, dout, idx);
+    kernels::maxpool2d_backward(din, dout, idx);
     expect_close(din.to_doubles(), fd, 1e-8, 1e-6, "pool din");
   }
 }

@@ -5,9 +5,10 @@
 // elementwise, so it runs in place (out == in; for the backward of an in-place ReLU pass its
 // output as `in`: out > 0 exactly where in > 0).
 //
-// Only the CPU reference exists so far (kernels/cpu/conv2d.cc, kernels/cpu/pool.cc); the
-// functions are declared in zt::kernels::cpu with the signature kernels/op_table.inc would
-// generate for them, so that adding the four ZT_OP entries makes them ordinary dispatched ops.
+// The ops themselves (conv2d_forward/backward, maxpool2d_forward/backward) are entries of
+// kernels/op_table.inc; this header holds their argument types and shape rules. The CPU
+// reference is kernels/cpu/conv2d.cc and pool.cc; on GPUs the convolution runs on cuDNN
+// (kernels/cuda/cudnn_conv.cc), the pooling on ZeroTrain's own kernel (kernels/cuda/pool.cu).
 //
 // Semantics are PyTorch's (torch.nn.functional.conv2d and max_pool2d with dilation 1, groups 1,
 // ceil_mode false): output size floor((in + 2 pad - kernel) / stride) + 1; convolution pads
@@ -52,27 +53,3 @@ Result<Shape> conv2d_out_shape(const Shape& in, const Shape& weight, const Conv2
 Result<Shape> maxpool2d_out_shape(const Shape& in, const Pool2dArgs& args);
 
 }  // namespace zt::kernels
-
-namespace zt::kernels::cpu {
-
-// ---- conv2d: out (N,K,P,Q) = in (N,C,H,W) (*) weight (K,C,R,S) (+ bias (K) when given).
-// f32 or f64, all one dtype. im2col + one OpenBLAS GEMM per group of images.
-void conv2d_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
-                    const Conv2dArgs& args, const Stream& s = {});
-// din (N,C,H,W) written (skipped when null); dweight (K,C,R,S) += (skipped when undefined: a
-// frozen weight); dbias (K) += (when given). dweight/dbias are the accum dtype (= the compute
-// dtype on the CPU).
-void conv2d_backward(Tensor* din, Tensor& dweight, Tensor* dbias, const Tensor& dout,
-                     const Tensor& in, const Tensor& weight, const Conv2dArgs& args,
-                     const Stream& s = {});
-
-// ---- max pool 2-D: out (N,C,P,Q) = max over each window of in (N,C,H,W); indices (N,C,P,Q)
-// i32 = h * W + w of the chosen element inside its (n,c) plane (PyTorch's return_indices).
-void maxpool2d_forward(Tensor& out, Tensor& indices, const Tensor& in, const Pool2dArgs& args,
-                       const Stream& s = {});
-// din (N,C,H,W) written: zero, plus each dout element added at its argmax (overlapping windows
-// that chose the same element add up).
-void maxpool2d_backward(Tensor& din, const Tensor& dout, const Tensor& indices,
-                        const Stream& s = {});
-
-}  // namespace zt::kernels::cpu

@@ -19,6 +19,7 @@
 #include <span>
 
 #include "zt/core/tensor.h"
+#include "zt/kernels/conv_ops.h"
 
 namespace zt::kernels {
 

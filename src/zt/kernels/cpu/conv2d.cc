@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "zt/kernels/cpu/blas_gemm.h"
-#include "zt/kernels/conv_ops.h"
+#include "zt/kernels/cpu/cpu_ops.h"
 #include "zt/kernels/ops.h"
 
 namespace zt::kernels {

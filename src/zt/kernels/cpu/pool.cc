@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "zt/kernels/conv_ops.h"
+#include "zt/kernels/cpu/cpu_ops.h"
 
 namespace zt::kernels {
 
