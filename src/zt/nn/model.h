@@ -9,7 +9,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "zt/core/status.h"
 #include "zt/nn/layer.h"
+
+namespace zt {
+// A target that is not counted (transformers' ignore index: prompt and padding positions).
+inline constexpr int32_t kIgnoreTarget = -100;
+}  // namespace zt
 
 namespace zt::nn {
 
@@ -30,7 +36,12 @@ class Model {
   virtual int64_t vocab_size() const { return 0; }
   std::vector<std::unique_ptr<Unit>>& units() { return units_; }
   const std::vector<std::unique_ptr<Unit>>& units() const { return units_; }
-  int64_t num_params() const;  // parameters (not counting alignment gaps)
+  int64_t num_params() const;
+  // Checks one training micro-batch and returns how many targets it counts (the loss is their
+  // mean). Language models (this default): input tokens and targets (batch, seq) i32 of one
+  // shape, every token in [0, vocab_size()), targets there too or -100 (transformers' ignore
+  // index: not counted). Models of other inputs (images) override it.
+  virtual Result<int64_t> check_batch(const Tensor& input, const Tensor& targets) const;  // parameters (not counting alignment gaps)
   // The model's own configuration (checkpoints record it, exports write it): null when the
   // model has none to tell.
   virtual nlohmann::json config_json() const { return nullptr; }

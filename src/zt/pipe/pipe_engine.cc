@@ -41,24 +41,6 @@ Tensor meta_of(const Tensor& t, bool mask, Device dev) {
   return Tensor::from_doubles(v, {kMetaLen}, DType::i64, dev);
 }
 
-// Token ids (or targets, where kIgnoreTarget is allowed) inside the vocabulary; the count of
-// counted targets.
-Result<int64_t> check_ids(const Tensor& ids, int64_t vocab, bool targets, int micro_batch) {
-  const int32_t* p = ids.data<int32_t>();
-  int64_t counted = 0;
-  for (int64_t i = 0; i < ids.numel(); ++i) {
-    if (targets && p[i] == kIgnoreTarget) continue;
-    if (p[i] < 0 || (vocab > 0 && p[i] >= vocab)) {
-      return invalid_argument(
-          "{} id {} at position {} of micro-batch {} is outside the model's vocabulary of {}{}",
-          targets ? "target" : "token", p[i], i, micro_batch, vocab,
-          targets ? " (-100 marks a position that is not counted)" : "");
-    }
-    ++counted;
-  }
-  return counted;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<PipelineEngine>> PipelineEngine::create(const ModelFactory& factory,
@@ -402,20 +384,15 @@ Status PipelineEngine::execute(const Instruction& in,
   switch (in.op) {
     case Op::kLoadMicroBatch: {
       ZT_ASSIGN_OR_RETURN(MicroBatch mb, next());
-      if (mb.tokens.ndim() != 2 || mb.tokens.dtype() != DType::i32 ||
-          !(mb.tokens.shape() == mb.targets.shape()) || mb.targets.dtype() != DType::i32) {
-        return invalid_argument(
-            "pipeline micro-batch {}: tokens and targets must be (batch, seq) i32 of one shape, "
-            "got {} and {}",
-            in.micro_batch, mb.tokens.shape().str(), mb.targets.shape().str());
+      // The model's own rule (tokens and targets, or images and labels); both ends check the
+      // whole micro-batch, so they agree on it.
+      Result<int64_t> counted = models_.front()->check_batch(mb.tokens, mb.targets);
+      if (!counted) {
+        return counted.status().with_context(fmt::format("pipeline micro-batch {}", in.micro_batch));
       }
-      const int64_t vocab = models_.front()->vocab_size();
-      if (first) {
-        ZT_RETURN_IF_ERROR(check_ids(mb.tokens, vocab, false, in.micro_batch).status());
-        b->input = mb.tokens.to(dev, stream);
-      }
+      if (first) b->input = mb.tokens.to(dev, stream);
       if (last) {
-        ZT_ASSIGN_OR_RETURN(b->counted, check_ids(mb.targets, vocab, true, in.micro_batch));
+        b->counted = *counted;
         b->targets = mb.targets.to(dev, stream);
       }
       if (mb.attention_mask.defined() && (mb.attention_mask.dtype() != DType::i32 ||

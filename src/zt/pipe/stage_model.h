@@ -50,6 +50,9 @@ class StageModel final : public nn::Model {
   std::string name() const override { return whole_->name(); }
   int64_t vocab_size() const override { return whole_->vocab_size(); }
   nlohmann::json config_json() const override { return whole_->config_json(); }
+  Result<int64_t> check_batch(const Tensor& input, const Tensor& targets) const override {
+    return whole_->check_batch(input, targets);
+  }
   bool runs_unit(size_t i) const override;
 
   const StagePlan& plan() const { return plan_; }

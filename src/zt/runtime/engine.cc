@@ -469,43 +469,9 @@ double Engine::lr() const {
 }
 
 Result<int64_t> Engine::check_batch(const Tensor& tokens, const Tensor& targets) const {
-  if (tokens.ndim() != 2 || tokens.dtype() != DType::i32 || !(tokens.shape() == targets.shape())) {
-    return invalid_argument(
-        "forward expects tokens and targets of one shape (batch, seq) i32, "
-        "got {} and {}",
-        tokens.shape().str(), targets.shape().str());
-  }
-  const int64_t vocab = model_.vocab_size();
-  // Counted targets: every one in [0, vocab); -100 (transformers' ignore index: a prompt or
-  // padding position) is not counted. The loss is the mean over the counted targets of this
-  // micro-batch, as a transformers model's loss is.
-  int64_t counted = 0;
-  {
-    Tensor h = tokens.device().is_cpu() ? tokens : tokens.to(Device::cpu());
-    const int32_t* p = h.data<int32_t>();
-    for (int64_t i = 0; i < h.numel(); ++i) {
-      if (p[i] < 0 || (vocab > 0 && p[i] >= vocab)) {
-        return invalid_argument(
-            "token id {} at position {} is outside the model's vocabulary "
-            "of {}; use a model with a larger vocabulary (--vocab-size) or "
-            "a token file made for this one",
-            p[i], i, vocab);
-      }
-    }
-    Tensor ht = targets.device().is_cpu() ? targets : targets.to(Device::cpu());
-    const int32_t* q = ht.data<int32_t>();
-    for (int64_t i = 0; i < ht.numel(); ++i) {
-      if (q[i] == kIgnoreTarget) continue;
-      if (q[i] < 0 || (vocab > 0 && q[i] >= vocab)) {
-        return invalid_argument(
-            "target id {} at position {} is outside the model's vocabulary of {} (-100 marks a "
-            "position that is not counted)",
-            q[i], i, vocab);
-      }
-      ++counted;
-    }
-  }
-  return counted;
+  // The loss is the mean over the counted targets of this micro-batch, as a transformers
+  // model's loss is; what counts is the model's rule (Model::check_batch).
+  return model_.check_batch(tokens, targets);
 }
 
 Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets) {

@@ -114,8 +114,6 @@ struct LoadedCheckpoint {
   int saved_stage = 0;
 };
 
-inline constexpr int32_t kIgnoreTarget = -100;
-
 class Engine {
  public:
   // Use initialize(), which validates first.
