@@ -37,8 +37,13 @@
 #include "zt/tasks/lora.h"
 #include "zt/runtime/engine.h"
 #include "zt/pipe/pipe_engine.h"
+#include "zt/nn/models/alexnet.h"
 
 namespace zt::cli {
+
+// cmd_train_vision.cc: `zt train --model alexnet` (image classification).
+int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_values);
+
 namespace {
 
 constexpr const char* kTrainUsage = R"(Usage: zt train --config ds_config.json [options]
@@ -59,11 +64,12 @@ const std::vector<FlagSpec> kFlags = {
     {"--model", FlagKind::kValue,
      "a Hugging Face model directory (config.json + *.safetensors), or a named size: "
      "gpt2-tiny (default), gpt2 ... gpt2-xl, gpt-1.3b ... gpt-65b, llama-tiny, llama-1b, "
-     "llama-8b, llama-70b",
+     "llama-8b, llama-70b; or alexnet (image classification on CIFAR-10: --data DIR)",
      "DIR|NAME"},
     {"--data", FlagKind::kValue,
      "token file (llm.c .bin, or nanoGPT raw uint16 .bin), or a blend of WEIGHT FILE pairs: "
-     "--data 0.7 a.bin 0.3 b.bin (weights normalized)",
+     "--data 0.7 a.bin 0.3 b.bin (weights normalized); with --model alexnet, CIFAR-10's "
+     "binary files (cifar-10-batches-bin/ or one data_batch_N.bin)",
      "FILE"},
     {"--steps", FlagKind::kValue, "optimizer steps to run (default 200)", "N"},
     {"--device", FlagKind::kValue, "cpu, cuda or cuda:N (default: cuda when a GPU is visible)",
@@ -273,6 +279,9 @@ int cmd_train(const Args& raw_args) {
     return fail(
         invalid_argument("zt train needs --config ds_config.json (examples/ holds "
                          "ready-made ones, e.g. examples/ds_config_tiny.json)"));
+  }
+  if (auto m = a.get("--model"); m && nn::is_vision_model(*m)) {
+    return cmd_train_vision(a, data_values->value_or(std::vector<std::string>{}));
   }
   auto int_flag = [&](const char* flag, int64_t def, int64_t min) -> Result<int64_t> {
     auto v = a.get(flag);

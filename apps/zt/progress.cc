@@ -15,20 +15,21 @@ std::string format_duration(double s) {
   return fmt::format("{:02d}:{:02d}", t / 60, t % 60);
 }
 
-ProgressBar::ProgressBar(int64_t total_steps, bool enabled)
+ProgressBar::ProgressBar(int64_t total_steps, bool enabled, std::string rate_unit)
     : total_(total_steps),
       enabled_(enabled),
       tty_(isatty(STDERR_FILENO) != 0),
       plain_every_(std::max<int64_t>(1, total_steps / 20)),
+      rate_unit_(std::move(rate_unit)),
       start_(std::chrono::steady_clock::now()) {}
 
-void ProgressBar::update(int64_t step, double loss, double lr, double tokens_per_s, bool skipped) {
+void ProgressBar::update(int64_t step, double loss, double lr, double per_s, bool skipped) {
   if (!enabled_) return;
   double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   double eta = step > 0 ? elapsed / step * (total_ - step) : -1;
-  std::string stats = fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} tok/s | ETA {}{}", loss, lr,
-                                  tokens_per_s, format_duration(eta), skipped ? " | skipped" : "");
+  std::string stats = fmt::format("loss {:.4f} | lr {:.2e} | {:.0f} {} | ETA {}{}", loss, lr, per_s,
+                                  rate_unit_, format_duration(eta), skipped ? " | skipped" : "");
   if (tty_) {
     constexpr int kWidth = 24;
     int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;

@@ -10,8 +10,9 @@ namespace zt::cli {
 
 class ProgressBar {
  public:
-  ProgressBar(int64_t total_steps, bool enabled);
-  void update(int64_t step, double loss, double lr, double tokens_per_s, bool skipped);
+  // `rate_unit` names what the throughput counts ("tok/s"; image training: "img/s").
+  ProgressBar(int64_t total_steps, bool enabled, std::string rate_unit = "tok/s");
+  void update(int64_t step, double loss, double lr, double per_s, bool skipped);
   void finish();
 
  private:
@@ -19,6 +20,7 @@ class ProgressBar {
   bool enabled_;
   bool tty_;
   int64_t plain_every_;
+  std::string rate_unit_;
   std::chrono::steady_clock::time_point start_;
 };
 
