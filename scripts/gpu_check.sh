@@ -22,7 +22,9 @@
 # Hugging Face tokenizers and tiktoken on a ~50 MB text (ZT_TOK_MB), with a 50k-vocabulary
 # GPT-2-style BPE trained there and the gpt2 fixture of tests/fixtures/tokenizers, on one thread
 # and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors") picks them;
+# Section `vision` trains AlexNet on CIFAR-10's binary format (GPU against the CPU, bf16 next to
+# PyTorch) and writes the PyTorch fixture of tests/fixtures/vision.
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -41,7 +43,7 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora monitors} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora monitors vision} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
@@ -947,6 +949,71 @@ for t in "$tk/gpt2_50k" tests/fixtures/tokenizers/gpt2; do
 done
 fi
 
+if on vision; then
+# AlexNet on CIFAR-10's binary format (zt train --model alexnet): the tutorial network's fixture
+# computed by PyTorch (tests/fixtures/vision; copied back under $out), f32 SGD training on the
+# GPU against the CPU (cuDNN's convolutions vs the CPU reference: every step's loss within 1e-4;
+# SGD is linear in the gradients, where Adam's first steps magnify tiny ones), bf16 training whose
+# loss must fall, and its images/s next to PyTorch's eager loop with
+# the same model, batch and precision (bench/alexnet_torch.py).
+echo "== vision: AlexNet (CIFAR-10 format): fixture, GPU vs CPU, bf16 training next to PyTorch"
+vd=${ZT_VISION_DIR:-/tmp/zt_vision}
+python3 tests/fixtures/vision/make_alexnet_fixture.py "$out/alexnet_fixture" >"$out/vision_fixture.log" 2>&1 ||
+  tail -5 "$out/vision_fixture.log"
+python3 bench/alexnet_torch.py --make-data "$vd" --images "${ZT_VISION_IMAGES:-20000}"
+vb=${ZT_VISION_BATCH:-256}
+cat >"$vd/f32.json" <<JSON
+{"train_batch_size": 32, "gradient_clipping": 1.0, "zero_allow_untested_optimizer": true,
+ "optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}}}
+JSON
+cat >"$vd/bf16.json" <<JSON
+{"train_batch_size": $vb, "gradient_clipping": 1.0, "bf16": {"enabled": true},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.01}}}
+JSON
+for d in cpu cuda; do
+  "$bin"/zt train --config "$vd/f32.json" --model alexnet --data "$vd" --device $d --steps 6 \
+    --order sequential --metrics-out "$out/vision_f32_$d.jsonl" >"$out/vision_f32_$d.log" 2>&1 ||
+    tail -5 "$out/vision_f32_$d.log"
+done
+"$bin"/zt train --config "$vd/bf16.json" --model alexnet --data "$vd" --device cuda \
+  --steps "${ZT_VISION_STEPS:-70}" --eval-data "$vd/test_batch.bin" --eval-interval 1000 \
+  --metrics-out "$out/vision_bf16.jsonl" >"$out/vision_bf16.log" 2>&1 || tail -5 "$out/vision_bf16.log"
+python3 bench/alexnet_torch.py --data "$vd" --batch "$vb" --steps 60 \
+  >"$out/vision_torch.jsonl" 2>"$out/vision_torch.log" || tail -5 "$out/vision_torch.log"
+python3 - "$out" "$vb" <<'VPY' | tee "$out/vision.txt"
+import json, statistics, sys
+out, vb = sys.argv[1], int(sys.argv[2])
+def recs(name):
+    try:
+        return [json.loads(l) for l in open(f"{out}/{name}") if l.strip()]
+    except OSError:
+        return []
+cpu = [r for r in recs("vision_f32_cpu.jsonl") if "loss" in r]
+gpu = [r for r in recs("vision_f32_cuda.jsonl") if "loss" in r]
+if cpu and len(cpu) == len(gpu):
+    worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(cpu, gpu))
+    print(f"vision: alexnet f32 GPU vs CPU, {len(gpu)} steps: worst loss rel diff {worst:.2e} "
+          f"(tol 1e-4) {'ok' if worst <= 1e-4 else 'FAIL'}")
+else:
+    print(f"vision: alexnet f32 GPU vs CPU: runs missing ({len(cpu)} / {len(gpu)} steps) FAIL")
+bf = recs("vision_bf16.jsonl")
+tr = [r for r in bf if "loss" in r]
+ev = [r for r in bf if "eval_accuracy" in r]
+if tr:
+    falls = tr[-1]["loss"] < tr[0]["loss"] - 0.3
+    acc = f", test accuracy {ev[-1]['eval_accuracy']:.3f}" if ev else ""
+    print(f"vision: alexnet bf16 batch {vb}, {len(tr)} steps: loss {tr[0]['loss']:.4f} -> "
+          f"{tr[-1]['loss']:.4f}{acc} {'ok' if falls else 'FAIL'}")
+    z = statistics.median(r["images_per_s"] for r in tr[10:]) if len(tr) > 10 else float("nan")
+    t = recs("vision_torch.jsonl")
+    tp = t[0]["images_per_s"] if t else float("nan")
+    print(f"vision: alexnet bf16 batch {vb} images/s: zerotrain {z:.0f}, torch eager {tp:.0f}, "
+          f"ratio {z / tp:.2f}x")
+else:
+    print("vision: alexnet bf16: no steps FAIL")
+VPY
+fi
+
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" "$export_rc" <<'PY'
 import json, sys
@@ -968,7 +1035,7 @@ if gpu_rc == -1:
 print(f"GPU tests: {tests}{'' if gpu_rc == -1 else f' ({ran(gpu_rc)})'};  "
       f"zt train gpt2 bf16: {ran(train_rc)};  "
       f"export to transformers: {ran(export_rc)}")
-for name in ("tasks.txt", "lora.txt", "monitors.txt"):  # one line per check, ending ok or FAIL
+for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt"):  # one line per check, ending ok or FAIL
     try:
         for line in open(f"{out}/{name}"):
             print(line.rstrip())
