@@ -96,6 +96,12 @@ const std::vector<FlagSpec> kFlags = {
     {"--gradient-checkpointing", FlagKind::kSwitch,
      "recompute each block's activations in backward, keeping only its input (the config's "
      "activation_checkpointing.cpu_checkpointing keeps those in host memory)"},
+    {"--activation-checkpoint-interval", FlagKind::kValue,
+     "DeepSpeed PipelineModule's activation_checkpoint_interval: checkpoint units in segments of "
+     "N (each keeps its first unit's input and is recomputed whole before its last unit's "
+     "backward; a pipeline counts each stage's own units); 0: off (default, unless "
+     "--gradient-checkpointing: N = 1)",
+     "N"},
     {"--cuda-graph", FlagKind::kSwitch,
      "one GPU, one micro-batch a step: capture the whole training step as a CUDA graph after two "
      "warm-up steps and replay it (no host launch gaps; the log says why when a run cannot)"},
@@ -706,12 +712,11 @@ int cmd_train(const Args& raw_args) {
     }
   };
 
-  const EngineOptions engine_options{.device = device,
-                                     .seed = static_cast<uint64_t>(*seed),
-                                     .comm = comm->get(),
-                                     .activation_checkpointing =
-                                         a.has("--gradient-checkpointing"),
-                                     .cuda_graph = a.has("--cuda-graph")};
+  EngineOptions engine_options{.device = device,
+                               .seed = static_cast<uint64_t>(*seed),
+                               .comm = comm->get(),
+                               .cuda_graph = a.has("--cuda-graph")};
+  if (Status s = checkpoint_flags(a, engine_options); !s.is_ok()) return fail(s);
   std::unique_ptr<Engine> single_engine;
   std::unique_ptr<pipe::PipelineEngine> pipeline;
   if (pipe > 1 || tensor > 1) {

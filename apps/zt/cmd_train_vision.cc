@@ -31,7 +31,8 @@ namespace {
 // The flags of `zt train` that image training reads; any other is refused by name.
 constexpr const char* kVisionFlags[] = {
     "--config", "--deepspeed_config", "--model", "--data", "--steps", "--device", "--seed",
-    "--order", "--metrics-out", "--gradient-checkpointing", "--eval-data", "--eval-interval",
+    "--order", "--metrics-out", "--gradient-checkpointing", "--activation-checkpoint-interval",
+    "--eval-data", "--eval-interval",
     "--eval-steps", "--save", "--save-interval", "--keep-last", "--save-on-signal", "--load",
     "--load-tag", "--load-module-only", "--no-load-optimizer-states",
     "--no-load-lr-scheduler-states", "--on-write-error", "--pipeline-parallel-size",
@@ -227,11 +228,9 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
   }
 
   // Engine: one, or a pipeline of `pipe` stages.
-  const EngineOptions engine_options{.device = device,
-                                     .seed = static_cast<uint64_t>(*seed),
-                                     .comm = comm->get(),
-                                     .activation_checkpointing =
-                                         a.has("--gradient-checkpointing")};
+  EngineOptions engine_options{
+      .device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()};
+  if (Status s = checkpoint_flags(a, engine_options); !s.is_ok()) return fail(s);
   std::unique_ptr<Engine> single_engine;
   std::unique_ptr<pipe::PipelineEngine> pipeline;
   if (pipe > 1) {

@@ -124,6 +124,21 @@ void signal_save_install() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
+Status checkpoint_flags(const ParsedArgs& a, EngineOptions& options) {
+  options.activation_checkpointing = a.has("--gradient-checkpointing");
+  if (auto v = a.get("--activation-checkpoint-interval")) {
+    ZT_ASSIGN_OR_RETURN(const int64_t n, parse_int("--activation-checkpoint-interval", *v, 0));
+    if (n == 0 && options.activation_checkpointing) {
+      return invalid_argument(
+          "--activation-checkpoint-interval 0 turns checkpointing off, but "
+          "--gradient-checkpointing asks for it: give one of them");
+    }
+    options.activation_checkpointing = n > 0;
+    options.activation_checkpoint_interval = static_cast<int>(std::max<int64_t>(n, 1));
+  }
+  return Status::ok();
+}
+
 Result<bool> signal_save_requested(Engine& engine) {
   std::vector<double> flag{g_save_signal.load() != 0 ? 1.0 : 0.0};
   ZT_RETURN_IF_ERROR(engine.all_reduce_job(flag, ReduceOp::kMax));  // (every pipeline stage too)

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_args.h"
 #include "zt/core/file_io.h"
 #include "zt/runtime/engine.h"
 
@@ -45,6 +46,12 @@ void data_fault_handler_install(const std::vector<std::string>& data_paths);
 Result<std::optional<std::vector<std::string>>> data_args_extract(std::vector<std::string>& args);
 
 // --save-on-signal: SIGTERM and SIGUSR1 set a flag instead of ending the process.
+// --gradient-checkpointing and --activation-checkpoint-interval N (DeepSpeed PipelineModule's
+// activation_checkpoint_interval: 0 off, N units per checkpointed segment) into the engine's
+// options: checkpointing on or off, and the segment length. Errors: a negative N, or 0 with
+// --gradient-checkpointing.
+Status checkpoint_flags(const ParsedArgs& a, EngineOptions& options);
+
 void signal_save_install();
 // Whether any rank got such a signal (collective: every rank calls it once per step, so all
 // stop at the same step).

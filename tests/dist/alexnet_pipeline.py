@@ -8,7 +8,8 @@ Data: two data_batch_N.bin files written here (200 records each) whose images ar
 each class a bright square at its own place over noise - so the loss must fall.
 
 Layouts: PP=2 (the six units - five convolution blocks and the classifier - split by parameter
-count), PP=3, PP=2 x DP=2 at ZeRO 1, PP=2 with activation checkpointing, and without a pipeline
+count), PP=3, PP=2 x DP=2 at ZeRO 1, PP=2 with activation checkpointing (every unit alone, and
+--activation-checkpoint-interval 2: segments of two units), and without a pipeline
 DP=2 at ZeRO 3 (the data-parallel ranks read DistributedSampler's interleaved shares, whose
 union per step is the single process's batch). Oracle: the single process. Every layout computes
 each image with the same kernels and only the order of a few sums differs (the data-parallel
@@ -119,6 +120,8 @@ LAYOUTS = [
     ("pp3", 3, 3, 0, []),
     ("pp2_dp2_s1", 4, 2, 1, []),
     ("pp2_checkpointing", 2, 2, 0, ["--gradient-checkpointing"]),
+    # DeepSpeed's activation_checkpoint_interval: each stage's 3 units as segments of 2 and 1.
+    ("pp2_checkpoint_interval2", 2, 2, 0, ["--activation-checkpoint-interval", "2"]),
     ("dp2_s3", 2, 1, 3, []),
 ]
 for name, world, pp, stage, extra in LAYOUTS:
@@ -148,6 +151,9 @@ for name, extra, data, want in [
     ("refuses_tensor_parallel", ["--tensor-parallel-size", "2"], DATA,
      "--tensor-parallel-size does not apply to --model alexnet"),
     ("refuses_seq_len", ["--seq-len", "64"], DATA, "--seq-len does not apply to --model alexnet"),
+    ("refuses_interval_0_with_checkpointing",
+     ["--activation-checkpoint-interval", "0", "--gradient-checkpointing"], DATA,
+     "--activation-checkpoint-interval 0 turns checkpointing off"),
     ("refuses_missing_data", [], None, "CIFAR-10's binary files"),
     ("refuses_token_file", [], os.path.join(TMP, "single.json"), "3073-byte records"),
 ]:

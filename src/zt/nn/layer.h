@@ -39,6 +39,10 @@ struct Context {
   // checkpoint_to_host the kept inputs wait in host memory (DeepSpeed's cpu_checkpointing).
   bool checkpoint_activations = false;
   bool checkpoint_to_host = false;
+  // Units per checkpointed segment (DeepSpeed PipelineModule's activation_checkpoint_interval):
+  // consecutive running units in groups of this many, each group keeping only its first unit's
+  // input and recomputed as a whole before the backward of its last unit. 1: every unit alone.
+  int checkpoint_interval = 1;
   // Training randomness (LoRA dropout): a seed the engine draws per micro-step from the run's
   // seed and step, the same for a checkpointed unit's recompute as for its first forward.
   uint64_t dropout_seed = 0;

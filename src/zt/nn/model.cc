@@ -1,5 +1,7 @@
 #include "zt/nn/model.h"
 
+#include <algorithm>
+
 namespace zt::nn {
 
 int64_t Model::num_params() const {
@@ -48,19 +50,42 @@ Result<int64_t> Model::check_batch(const Tensor& tokens, const Tensor& targets) 
 Tensor Model::forward(Context& ctx, const Tensor& input, UnitHooks* hooks) {
   Tensor x = input;
   checkpointed_ = ctx.mode == Mode::kTrain && ctx.checkpoint_activations;
-  if (checkpointed_) checkpoints_.assign(units_.size(), Tensor());
+  if (checkpointed_) {
+    // Segments: consecutive running units in groups of checkpoint_interval; one checkpoints
+    // when every unit of it allows it.
+    checkpoints_.assign(units_.size(), Tensor());
+    segment_first_.assign(units_.size(), -1);
+    segment_last_.assign(units_.size(), -1);
+    std::vector<int> running;
+    for (size_t i = 0; i < units_.size(); ++i) {
+      if (runs_unit(i)) running.push_back(static_cast<int>(i));
+    }
+    const size_t interval = static_cast<size_t>(std::max(1, ctx.checkpoint_interval));
+    for (size_t lo = 0; lo < running.size(); lo += interval) {
+      const size_t hi = std::min(lo + interval, running.size());
+      bool ok = true;
+      for (size_t j = lo; j < hi; ++j) ok = ok && units_[static_cast<size_t>(running[j])]->checkpointable();
+      if (!ok) continue;
+      for (size_t j = lo; j < hi; ++j) {
+        segment_first_[static_cast<size_t>(running[j])] = running[lo];
+        segment_last_[static_cast<size_t>(running[j])] = running[hi - 1];
+      }
+    }
+  }
   for (size_t i = 0; i < units_.size(); ++i) {
     if (!runs_unit(i)) continue;
     if (hooks != nullptr) hooks->before_forward(static_cast<int>(i));
-    const bool keep_input_only = checkpointed_ && units_[i]->checkpointable();
+    const bool in_segment = checkpointed_ && segment_first_[i] >= 0;
     Tensor in = x;
     x = units_[i]->forward(ctx, x);
-    if (keep_input_only) {
+    if (in_segment) {
       units_[i]->release_activations();
-      // Units never write into their input, so the handle keeps it as it was.
-      checkpoints_[i] = ctx.checkpoint_to_host && !in.device().is_cpu()
-                            ? in.to(Device::cpu(), ctx.stream)
-                            : in;
+      if (segment_first_[i] == static_cast<int>(i)) {
+        // Units never write into their input, so the handle keeps it as it was.
+        checkpoints_[i] = ctx.checkpoint_to_host && !in.device().is_cpu()
+                              ? in.to(Device::cpu(), ctx.stream)
+                              : in;
+      }
     }
     if (hooks != nullptr) hooks->after_forward(static_cast<int>(i));
   }
@@ -76,11 +101,22 @@ Tensor Model::backward(Context& ctx, const Tensor& dout, UnitHooks* hooks) {
   for (size_t k = units_.size(); k-- > 0;) {
     if (!runs_unit(k)) continue;
     if (hooks != nullptr) hooks->before_backward(static_cast<int>(k));
-    if (checkpointed_ && checkpoints_[k].defined()) {
-      Tensor in = checkpoints_[k].device() == ctx.device ? checkpoints_[k]
-                                                         : checkpoints_[k].to(ctx.device, ctx.stream);
-      checkpoints_[k] = Tensor();
-      (void)units_[k]->forward(ctx, in);  // recompute what backward reads
+    if (checkpointed_ && segment_last_[k] == static_cast<int>(k)) {
+      // Recompute the segment from its kept input: its units before k between their forward
+      // hooks (which gather their parameters where ZeRO-3 shards them), k itself under the
+      // before_backward above.
+      const size_t first = static_cast<size_t>(segment_first_[k]);
+      Tensor x = checkpoints_[first].device() == ctx.device
+                     ? checkpoints_[first]
+                     : checkpoints_[first].to(ctx.device, ctx.stream);
+      checkpoints_[first] = Tensor();
+      for (size_t j = first; j <= k; ++j) {
+        if (!runs_unit(j)) continue;
+        const bool hooked = hooks != nullptr && j != k;
+        if (hooked) hooks->before_forward(static_cast<int>(j));
+        x = units_[j]->forward(ctx, x);  // recompute what backward reads
+        if (hooked) hooks->after_forward(static_cast<int>(j));
+      }
     }
     d = units_[k]->backward(ctx, d);
     if (hooks != nullptr) hooks->after_backward(static_cast<int>(k));

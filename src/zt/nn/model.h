@@ -56,8 +56,10 @@ class Model {
   Tensor forward(Context& ctx, const Tensor& input, UnitHooks* hooks = nullptr);
   // Backward through every unit in reverse order, starting from the gradient the last unit
   // computed in its forward (fused loss). Parameter gradients accumulate. With
-  // ctx.checkpoint_activations, a checkpointable unit's forward is rerun on its kept input
-  // right before its backward (after the hooks' before_backward, which gathers its parameters).
+  // ctx.checkpoint_activations, each segment of ctx.checkpoint_interval running units (all
+  // checkpointable) is rerun from its kept input right before the backward of its last unit
+  // (after the hooks' before_backward, which gathers that unit's parameters; the segment's other
+  // units are rerun between their hooks' before_forward and after_forward, as in forward).
   void backward(Context& ctx, UnitHooks* hooks = nullptr);
   // The same from `dout`, the gradient of the last unit's output (a pipeline stage's received
   // gradient; undefined: the last unit's own saved loss gradient, as above). Returns the gradient
@@ -70,6 +72,9 @@ class Model {
  protected:
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<Tensor> checkpoints_;  // per unit: its kept input (activation checkpointing)
+  // Per unit of a checkpointed segment: the segment's first unit (where its input is kept) and
+  // last unit (whose backward reruns the segment); -1 outside checkpointed segments.
+  std::vector<int> segment_first_, segment_last_;
   bool checkpointed_ = false;        // the last training forward kept only inputs
   nlohmann::json adapters_;
 };

@@ -260,6 +260,7 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   // product with them) to the 16-bit type. On CUDA the kernels run in the 16-bit type itself.
   ctx_.compute_dtype = dev.is_cpu() ? DType::f32 : round_dtype_;
   ctx_.checkpoint_activations = options.activation_checkpointing;
+  ctx_.checkpoint_interval = std::max(1, options.activation_checkpoint_interval);
   if (config.wall_clock_breakdown) timers_ = std::make_unique<EventTimers>(options.device);
   if (config.blocks.contains("flops_profiler") &&
       config.blocks["flops_profiler"].value("enabled", false)) {

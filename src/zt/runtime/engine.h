@@ -61,6 +61,10 @@ struct EngineOptions {
   // input through forward and recomputes its activations before its backward; the config's
   // activation_checkpointing.cpu_checkpointing keeps those inputs in host memory.
   bool activation_checkpointing = false;
+  // --activation-checkpoint-interval (DeepSpeed PipelineModule's activation_checkpoint_interval):
+  // with activation_checkpointing, units are checkpointed in segments of this many
+  // (nn::Context::checkpoint_interval).
+  int activation_checkpoint_interval = 1;
   // Pipeline parallelism (pipe/pipe_engine.h): `comm` is then the stage's data-parallel group,
   // and this is DeepSpeed's model-parallel group (every stage of this rank's pipeline), over which
   // the overflow flag and the gradients' sum of squares are reduced too, so every stage clips
