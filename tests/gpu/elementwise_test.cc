@@ -235,3 +235,29 @@ TEST(ElementwiseCuda, SumSquaresAccumulatesInF64) {
 
 }  // namespace
 }  // namespace zt::testing
+
+namespace zt::testing {
+namespace {
+
+// scale_rows (a loss head's per-position weights): each row times its f32 weight, one rounding,
+// against the CPU in every compute dtype; rows of 1 and of 1000 columns.
+TEST(ScaleRowsCuda, MatchesCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  for (const int64_t cols : {int64_t{1}, int64_t{1000}}) {
+    SCOPED_TRACE(cols);
+    const int64_t rows = 37;
+    Tensor x = exact_tensor({rows, cols}, 31);
+    Tensor w = exact_tensor({rows}, 32, 2.0);
+    Tensor ref = x.clone();
+    kernels::scale_rows(ref, w);
+    for (const DtypeCase& d : kComputeDtypes) {
+      SCOPED_TRACE(d.name);
+      Tensor xd = to_cuda(x, d.dtype);
+      kernels::scale_rows(xd, to_cuda(w, DType::f32));
+      expect_close(values(xd), values(ref), d.rtol, d.rtol, "scaled rows");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zt::testing

@@ -34,6 +34,10 @@ struct Context {
   // d(total loss)/d(per-token loss): the engine sets loss_scale / (GAS * tokens per micro-batch),
   // so the head's fused cross-entropy writes gradients of the scaled, averaged loss directly.
   float dloss = 1.0f;
+  // Per-position weights of the loss head's gradient (N) f32 on device, N the head's rows: the
+  // head's fused gradient (computed at dloss) is scaled row by row before its backward. Losses
+  // built on per-token log-probabilities (PPO's actor) set it: d total / d loss_t.
+  const Tensor* row_scale = nullptr;
   // Activation checkpointing (training only): the units that allow it keep only their input
   // through forward and recompute their activations just before their backward; with
   // checkpoint_to_host the kept inputs wait in host memory (DeepSpeed's cpu_checkpointing).

@@ -503,11 +503,14 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
     attention_mask_dev_ = Tensor();
     ctx_.attention_mask = nullptr;
   }
-  ctx_.dloss = counted == 0 ? 0.0f
-                            : static_cast<float>(scaler_.scale() /
-                                                 (static_cast<double>(
-                                                      config_.gradient_accumulation_steps) *
-                                                  static_cast<double>(counted)));
+  // The gradient of this micro-batch's mean loss, scaled and averaged over the micro-steps (per
+  // position at weight 1 for forward_token_losses: backward_weighted applies the weights).
+  const double micro_steps_per_step = static_cast<double>(config_.gradient_accumulation_steps);
+  ctx_.dloss = per_token_     ? static_cast<float>(scaler_.scale() / micro_steps_per_step)
+               : counted == 0 ? 0.0f
+                              : static_cast<float>(scaler_.scale() /
+                                                   (micro_steps_per_step *
+                                                    static_cast<double>(counted)));
   // Dropout masks (LoRA's): a fresh one every micro-step and rank, reproducible from the seed.
   ctx_.dropout_seed = dropout_seed(micro_steps_);
   // Gathers timed outside training passes (evaluation, generation) belong to no step.
@@ -536,20 +539,107 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
   timer_stop("fwd_microstep", "fwd");
   ZT_RETURN_IF_ERROR(done);
   std::vector<double> l = losses.to_doubles();
+  if (per_token_) token_losses_ = l;
   double sum = 0;
   for (double v : l) sum += v;
   have_forward_ = true;
   return counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
 }
 
+Result<std::vector<double>> Engine::forward_token_losses(const Tensor& tokens,
+                                                         const Tensor& targets,
+                                                         const Tensor* attention_mask) {
+  const auto* t = dynamic_cast<const nn::Transformer*>(&model_);
+  if (t == nullptr || t->transformer_config().task != nn::Task::kCausalLM ||
+      t->transformer_config().tp_size > 1) {
+    return invalid_argument("forward_token_losses needs a causal language model without tensor "
+                            "parallelism (its head's per-token losses), not {}", model_.name());
+  }
+  per_token_ = true;
+  Result<float> r = forward(tokens, targets, attention_mask);
+  per_token_ = false;
+  ZT_RETURN_IF_ERROR(r.status());
+  return token_losses_;
+}
+
+Status Engine::backward_weighted(std::span<const float> weights, float loss) {
+  ZT_ASSERT(have_forward_, "backward_weighted() without a forward");
+  if (weights.size() != token_losses_.size()) {
+    return invalid_argument("backward_weighted: {} weights for the {} positions of the forward",
+                            weights.size(), token_losses_.size());
+  }
+  Tensor w = Tensor::from_floats(std::vector<float>(weights.begin(), weights.end()),
+                                 {static_cast<int64_t>(weights.size())}, DType::f32)
+                 .to(options_.device, ctx_.stream);
+  ctx_.row_scale = &w;
+  const Status st = backward_pass(loss, Tensor());
+  ctx_.row_scale = nullptr;
+  token_losses_.clear();
+  return st;
+}
+
+Result<Tensor> Engine::forward_outputs(const Tensor& tokens, const Tensor* attention_mask) {
+  const auto* t = dynamic_cast<const nn::Transformer*>(&model_);
+  if (t == nullptr || t->transformer_config().task != nn::Task::kReward) {
+    return invalid_argument("forward_outputs trains a value head (a reward model), not {}",
+                            model_.name());
+  }
+  if (tokens.ndim() != 2 || tokens.dtype() != DType::i32 ||
+      (attention_mask != nullptr && !(attention_mask->shape() == tokens.shape()))) {
+    return invalid_argument("forward_outputs expects tokens (batch, seq) i32 (and a mask like "
+                            "them), got {}",
+                            tokens.shape().str());
+  }
+  ZT_RETURN_IF_ERROR(model_.check_batch(tokens, tokens).status());
+  const Device dev = options_.device;
+  Tensor tok = tokens.device() == dev ? tokens : tokens.to(dev, ctx_.stream);
+  ctx_.mode = nn::Mode::kTrain;
+  ctx_.targets = nullptr;
+  if (attention_mask != nullptr) {
+    attention_mask_dev_ = attention_mask->device() == dev ? *attention_mask
+                                                          : attention_mask->to(dev, ctx_.stream);
+    ctx_.attention_mask = &attention_mask_dev_;
+  } else {
+    attention_mask_dev_ = Tensor();
+    ctx_.attention_mask = nullptr;
+  }
+  ctx_.dropout_seed = dropout_seed(micro_steps_);
+  timer_start("fwd_microstep", "fwd");
+  Tensor out = model_.forward(ctx_, tok, zero_.get());
+  const Status done = zero_->finish_pass();
+  timer_stop("fwd_microstep", "fwd");
+  ZT_RETURN_IF_ERROR(done);
+  have_forward_ = true;
+  return out;
+}
+
+Status Engine::backward_outputs(const Tensor& dout, float loss) {
+  ZT_ASSERT(have_forward_, "backward_outputs() without a forward");
+  // An f32 copy on the device (dout may be on the host, or in the compute dtype), scaled.
+  Tensor d = Tensor::empty(dout.shape(), DType::f32, options_.device, ctx_.stream);
+  if (dout.dtype() == DType::f32 || !dout.device().is_cuda()) {
+    d.copy_from(dout, ctx_.stream);
+  } else {
+    kernels::cast(d, dout, ctx_.stream);
+  }
+  kernels::scale_inplace(
+      d, static_cast<float>(scaler_.scale() / static_cast<double>(config_.gradient_accumulation_steps)),
+      ctx_.stream);
+  return backward_pass(loss, d);
+}
+
 Status Engine::backward(float loss) {
+  return backward_pass(loss, Tensor());
+}
+
+Status Engine::backward_pass(float loss, const Tensor& dout) {
   ZT_ASSERT(have_forward_, "backward() without a forward()");
   zero_->set_boundary(is_gradient_accumulation_boundary());
   // bwd_inner: the units' backward (with the reductions it overlaps); bwd_allreduce: what is left
   // of the gradient reductions after it (the last buckets, and waiting for the ones in flight).
   timer_start("bwd_microstep", "bwd");
   timer_start("bwd_inner_microstep", "bwd_inner");
-  model_.backward(ctx_, zero_.get());
+  (void)model_.backward(ctx_, dout, zero_.get());
   timer_stop("bwd_inner_microstep", "bwd_inner");
   timer_start("bwd_allreduce_microstep", "bwd_allreduce");
   have_forward_ = false;

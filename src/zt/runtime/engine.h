@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -139,6 +140,26 @@ class Engine {
   // Backward of the last forward (the loss value is only recorded). Reduces gradients as the
   // ZeRO stage says; a non-ok Status is a communication failure (a dead or missing peer).
   Status backward(float loss);
+
+  // Losses computed outside the model from what it outputs per position (PPO's actor and critic:
+  // tasks/ppo_math.h). Each pair is one micro-step like forward/backward (the same hooks,
+  // reductions and accumulation boundary); `loss` is only recorded, for the step's report.
+  // forward_token_losses: a training forward whose head returns every position's cross-entropy
+  // against `targets` (-log p(target); 0 where the target is -100), its gradient kept at weight
+  // 1; backward_weighted(w, loss) then backpropagates sum_t w[t] loss_t, w one weight per
+  // position (d total / d loss_t of this micro-batch; the loss scale and the gradient-accumulation
+  // average are applied here, as for forward's own loss). Causal LM heads, without tensor or
+  // sequence parallelism.
+  Result<std::vector<double>> forward_token_losses(const Tensor& tokens, const Tensor& targets,
+                                                   const Tensor* attention_mask = nullptr);
+  Status backward_weighted(std::span<const float> weights, float loss);
+  // forward_outputs: a training forward without targets, returning what the model's last unit
+  // gives (a value head's (B,T) values) on the engine's device; backward_outputs(d, loss)
+  // backpropagates d = d total / d outputs (its shape; scaled here as above). Value heads
+  // (nn::Task::kReward).
+  Result<Tensor> forward_outputs(const Tensor& tokens, const Tensor* attention_mask = nullptr);
+  Status backward_outputs(const Tensor& dout, float loss);
+
   // Called every micro-batch; at the accumulation boundary it unscales, checks overflow, clips,
   // steps the optimizer and scheduler, zeroes gradients and advances global_steps. A non-ok
   // Status means training cannot go on (fp16 loss scale at its minimum). With
@@ -298,6 +319,11 @@ class Engine {
   double loss_sum_ = 0;
   int loss_count_ = 0;
   bool have_forward_ = false;
+  // forward_token_losses: the head's gradient at weight 1 per position, and the losses it gave.
+  bool per_token_ = false;
+  std::vector<double> token_losses_;
+  // The backward of the current micro-step: from the head's own loss gradient, or from `dout`.
+  Status backward_pass(float loss, const Tensor& dout);
   std::optional<StepStats> last_step_;
   // wall_clock_breakdown (null without it): DeepSpeed's micro-step and global timers.
   std::unique_ptr<EventTimers> timers_;

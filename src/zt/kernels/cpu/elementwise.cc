@@ -98,6 +98,27 @@ void scale_inplace(Tensor& x, float scale, const Stream& s) {
   });
 }
 
+void scale_rows(Tensor& x, const Tensor& scale, const Stream& s) {
+  ZT_ASSERT(x.device().is_cpu() && scale.device().is_cpu(),
+            "scale_rows (cpu): x and scale must be on the CPU");
+  ZT_ASSERT(x.ndim() >= 1 && scale.dtype() == DType::f32 && scale.numel() == x.size(0),
+            "scale_rows: scale {} {} must be ({}) f32, one per row of x {}", scale.shape().str(),
+            dtype_name(scale.dtype()), x.ndim() >= 1 ? x.size(0) : 0, x.shape().str());
+  const int64_t rows = x.ndim() >= 1 ? x.size(0) : 0;
+  const int64_t cols = rows > 0 ? x.numel() / rows : 0;
+  const float* w = scale.data<float>();
+  float_dtype_visit(x.dtype(), "scale_rows", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = static_cast<T*>(x.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const MathType<T> f = static_cast<MathType<T>>(w[r]);
+      for (int64_t c = 0; c < cols; ++c) {
+        p[r * cols + c] = elem_store<T>(elem_load(p[r * cols + c]) * f);
+      }
+    }
+  });
+}
+
 void add_scaled(Tensor& out, const Tensor& in, float scale, Accumulate mode, const Stream& s) {
   ZT_ASSERT(out.device().is_cpu() && in.device().is_cpu(),
             "add_scaled (cpu): both tensors must be on the CPU");

@@ -113,6 +113,13 @@ __global__ void scale_kernel(T* x, float scale, int64_t n) {
   }
 }
 
+template <typename T>
+__global__ void scale_rows_kernel(T* x, const float* scale, int64_t cols, int64_t n) {
+  ZT_GRID_STRIDE(i, n) {
+    x[i] = store_arith<T>(load_arith(x[i]) * scale[i / cols]);
+  }
+}
+
 // out = [out +] convert<T>(in) * scale, product and sum each rounded (no fused multiply-add: the
 // same bits as cast, scale and add in turn). kV elements a thread (16-byte chunks when kV > 1).
 template <typename T, typename S, int kV>
@@ -282,6 +289,24 @@ void scale_inplace(Tensor& x, float scale, const Stream& s) {
   dispatch_float(x.dtype(), "scale_inplace", [&](auto tag) {
     using T = typename decltype(tag)::type;
     scale_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(ptr<T>(x), scale, n);
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void scale_rows(Tensor& x, const Tensor& scale, const Stream& s) {
+  check_cuda(x, "scale_rows", "x");
+  check_cuda(scale, "scale_rows", "scale");
+  check_same_device(x, scale, "scale_rows");
+  ZT_ASSERT(x.ndim() >= 1 && scale.dtype() == DType::f32 && scale.numel() == x.size(0),
+            "scale_rows: scale {} {} must be ({}) f32, one per row of x {}", scale.shape().str(),
+            dtype_name(scale.dtype()), x.ndim() >= 1 ? x.size(0) : 0, x.shape().str());
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  DeviceGuard guard(x.device());
+  dispatch_float(x.dtype(), "scale_rows", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    scale_rows_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream_of(s)>>>(
+        ptr<T>(x), ptr<const float>(scale), n / x.size(0), n);
     ZT_CUDA_CHECK_LAUNCH();
   });
 }

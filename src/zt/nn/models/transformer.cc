@@ -622,7 +622,13 @@ Tensor TransformerHead::backward_reward(Context& ctx) {
     final_norm_->backward(ctx, dh, x_, drows, nullptr);
     final_norm_->release();
   }
-  // Only the scored position of each row reaches the loss.
+  // Only the scored position of each row reaches the loss (every position, for a value head
+  // trained from outside).
+  if (score_at_.empty()) {
+    x_ = normed_ = projected_ = features_ = logits_ = Tensor();
+    have_dlogits_ = false;
+    return drows.reshape(in_shape_);
+  }
   Tensor dx = Tensor::zeros(in_shape_, dt, ctx.device, s);
   for (size_t b = 0; b < score_at_.size(); ++b) {
     Tensor row = dx.view(score_at_[b] * C, {C});
@@ -634,12 +640,23 @@ Tensor TransformerHead::backward_reward(Context& ctx) {
   return dx;
 }
 
-Tensor TransformerHead::backward(Context& ctx, const Tensor& /*dout*/) {
+Tensor TransformerHead::backward(Context& ctx, const Tensor& dout) {
+  if (score_ && dout.defined()) {
+    // A value head trained from outside (PPO's critic): dout is the gradient of the values
+    // (B,T) its forward without targets returned, at every position.
+    ZT_ASSERT(score_at_.empty() && x_.defined() && dout.numel() == x_.size(0),
+              "value head backward: {} gradients for {} positions of a forward without targets",
+              dout.numel(), x_.defined() ? x_.size(0) : 0);
+    logits_ = Tensor::empty({dout.numel(), 1}, ctx.compute_dtype, ctx.device, ctx.stream);
+    kernels::cast(logits_, dout.reshape({dout.numel(), 1}), ctx.stream);
+    return backward_reward(ctx);
+  }
   ZT_ASSERT(have_dlogits_, "head backward without a training forward with targets");
   if (classifier_) return backward_classify(ctx);
   if (score_) return backward_reward(ctx);
   const DType dt = ctx.compute_dtype;
   const Stream& s = ctx.stream;
+  if (ctx.row_scale != nullptr) kernels::scale_rows(logits_, *ctx.row_scale, s);
   Param& w = table();
   Tensor dh = Tensor::empty(features_.shape(), dt, ctx.device, s);
   // A frozen head (or a frozen tied table) has no gradient buffers: undefined skips them. The
