@@ -1,0 +1,249 @@
+#include "zt/tasks/ppo.h"
+
+#include <chrono>
+
+#include "zt/core/assert.h"
+#include "zt/runtime/engine.h"
+
+namespace zt::tasks {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// targets (B,T): the next token at every position but the last (-100 there).
+Tensor next_token_targets(const Tensor& seq) {
+  const int64_t B = seq.size(0), T = seq.size(1);
+  Tensor t = Tensor::empty({B, T}, DType::i32);
+  const int32_t* s = seq.data<int32_t>();
+  int32_t* o = t.data<int32_t>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i + 1 < T; ++i) o[b * T + i] = s[b * T + i + 1];
+    o[b * T + T - 1] = kIgnoreTarget;
+  }
+  return t;
+}
+
+}  // namespace
+
+RewardFn reward_model_scores(nn::Transformer& reward_model, Engine& engine) {
+  return [&reward_model, &engine](const Tensor& seq,
+                                  const std::vector<int64_t>& last) -> Result<std::vector<float>> {
+    if (reward_model.transformer_config().task != nn::Task::kReward) {
+      return invalid_argument("the reward model is a {} model without a value head",
+                              reward_model.transformer_config().model_type);
+    }
+    nn::Context ctx = engine.eval_context();
+    const Tensor dev = seq.to(ctx.device, ctx.stream);
+    const std::vector<double> v = reward_model.forward(ctx, dev, engine.hooks()).to_doubles();
+    const int64_t T = seq.size(1);
+    std::vector<float> out;
+    for (size_t b = 0; b < last.size(); ++b) {
+      out.push_back(static_cast<float>(v[b * static_cast<size_t>(T) + static_cast<size_t>(last[b])]));
+    }
+    return out;
+  };
+}
+
+PpoTrainer::PpoTrainer(PpoModels models, PpoOptions options)
+    : m_(std::move(models)), o_(std::move(options)) {}
+
+std::vector<float> PpoTrainer::log_probs(nn::Transformer& model, Engine& engine,
+                                         const Tensor& seq, const Tensor& targets) {
+  nn::Context ctx = engine.eval_context();
+  const Tensor t = targets.to(ctx.device, ctx.stream);
+  ctx.targets = &t;
+  const std::vector<double> losses =
+      model.forward(ctx, seq.to(ctx.device, ctx.stream), engine.hooks()).to_doubles();
+  const int64_t B = seq.size(0), T = seq.size(1), L = T - 1;
+  std::vector<float> out(static_cast<size_t>(B * L));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < L; ++i) {
+      out[static_cast<size_t>(b * L + i)] = static_cast<float>(-losses[static_cast<size_t>(b * T + i)]);
+    }
+  }
+  return out;
+}
+
+Result<PpoExperience> PpoTrainer::generate_experience(
+    const std::vector<std::vector<int32_t>>& prompts) {
+  if (prompts.empty() || prompts[0].empty()) {
+    return invalid_argument("PPO needs at least one prompt of at least one token");
+  }
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  const int64_t P = static_cast<int64_t>(prompts[0].size());
+  for (const auto& p : prompts) {
+    if (static_cast<int64_t>(p.size()) != P) {
+      return invalid_argument("a PPO batch's prompts share one length: {} and {} tokens", P,
+                              p.size());
+    }
+  }
+  if (o_.max_answer_len < 1) return invalid_argument("max_answer_len must be at least 1");
+  const nn::TransformerConfig& ac = m_.actor.transformer_config();
+  const int64_t T = P + o_.max_answer_len;
+  if (T > ac.max_positions) {
+    return invalid_argument("prompt {} + answer {} tokens exceed the actor's context of {}", P,
+                            o_.max_answer_len, ac.max_positions);
+  }
+  PpoExperience e;
+  e.B = B;
+  e.T = T;
+  e.prompt_len = P;
+  nn::GenerateOptions g = o_.generation;
+  g.max_new_tokens = o_.max_answer_len;
+  g.vocab_size = ac.vocab_size;
+  g.max_seq_len = static_cast<int>(ac.max_positions);
+  g.num_layers = ac.n_layer;
+  g.seed = o_.generation.seed + static_cast<uint64_t>(rounds_) * 1000003ULL;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::vector<int32_t>> answers = nn::generate_batch(
+      m_.actor, m_.actor_engine.eval_context(), prompts, g, m_.actor_engine.hooks());
+  e.generate_s = seconds_since(t0);
+
+  // seq = prompt + answer + padding; the mask of real tokens, shifted: the action mask.
+  e.seq = Tensor::empty({B, T}, DType::i32);
+  int32_t* s = e.seq.data<int32_t>();
+  std::vector<float> real(static_cast<size_t>(B * T), 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& a = answers[static_cast<size_t>(b)];
+    e.generated_tokens += static_cast<int64_t>(a.size());
+    for (int64_t i = 0; i < T; ++i) {
+      int32_t v = o_.pad_id;
+      if (i < P) {
+        v = prompts[static_cast<size_t>(b)][static_cast<size_t>(i)];
+      } else if (i - P < static_cast<int64_t>(a.size())) {
+        v = a[static_cast<size_t>(i - P)];
+      }
+      s[b * T + i] = v;
+      real[static_cast<size_t>(b * T + i)] =
+          i < P + static_cast<int64_t>(a.size()) ? 1.0f : 0.0f;
+    }
+    e.last.push_back(P + static_cast<int64_t>(a.size()) - 1);
+  }
+  const int64_t L = T - 1;
+  e.action_mask.resize(static_cast<size_t>(B * L));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < L; ++i) {
+      e.action_mask[static_cast<size_t>(b * L + i)] = real[static_cast<size_t>(b * T + i + 1)];
+    }
+  }
+  const Tensor targets = next_token_targets(e.seq);
+  e.log_probs = log_probs(m_.actor, m_.actor_engine, e.seq, targets);
+  e.ref_log_probs = log_probs(m_.ref, m_.ref_engine, e.seq, targets);
+  {
+    nn::Context ctx = m_.critic_engine.eval_context();
+    const std::vector<double> v =
+        m_.critic.forward(ctx, e.seq.to(ctx.device, ctx.stream), m_.critic_engine.hooks())
+            .to_doubles();
+    e.values.resize(static_cast<size_t>(B * L));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t i = 0; i < L; ++i) {
+        e.values[static_cast<size_t>(b * L + i)] = static_cast<float>(v[static_cast<size_t>(b * T + i)]);
+      }
+    }
+  }
+  ZT_ASSIGN_OR_RETURN(e.reward_score, m_.reward(e.seq, e.last));
+  if (static_cast<int64_t>(e.reward_score.size()) != B) {
+    return invalid_argument("the reward gave {} scores for {} rows", e.reward_score.size(), B);
+  }
+  return e;
+}
+
+Result<PpoRoundStats> PpoTrainer::train_rlhf(const PpoExperience& e) {
+  const int64_t B = e.B, T = e.T, L = T - 1, start = e.prompt_len - 1, n = L - start;
+  const ppo::PpoConfig& cfg = o_.ppo;
+  PpoRoundStats st;
+  for (float r : e.reward_score) st.reward_mean += r / static_cast<double>(B);
+  double kl = 0, counted = 0;
+  for (size_t i = 0; i < e.action_mask.size(); ++i) {
+    if (e.action_mask[i] == 0.0f || static_cast<int64_t>(i) % L < start) continue;
+    kl += e.log_probs[i] - e.ref_log_probs[i];
+    counted += 1;
+  }
+  st.kl = counted > 0 ? kl / counted : 0;
+
+  // No gradient: rewards, then advantages and returns over the zeroed rows.
+  std::vector<float> rewards(static_cast<size_t>(B * L));
+  ppo::compute_rewards(e.log_probs, e.ref_log_probs, e.reward_score, e.action_mask, B, L, start,
+                       cfg, rewards);
+  const std::vector<int64_t> ends = ppo::answer_ends(e.action_mask, B, L, start);
+  std::vector<float> old_values = e.values;
+  ppo::zero_after_ends(rewards, ends, B, L);
+  ppo::zero_after_ends(old_values, ends, B, L);
+  std::vector<float> adv(static_cast<size_t>(B * n)), ret(static_cast<size_t>(B * n));
+  ppo::advantages_and_returns(old_values, rewards, B, L, start, cfg, adv, ret);
+  const std::vector<float> old_lp = ppo::columns_from(e.log_probs, B, L, start);
+  const std::vector<float> old_v = ppo::columns_from(old_values, B, L, start);
+  const std::vector<float> mask = ppo::columns_from(e.action_mask, B, L, start);
+  const Tensor targets = next_token_targets(e.seq);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int epoch = 0; epoch < o_.ppo_epochs; ++epoch) {
+    // The actor: the clipped policy loss over the answer columns, through the head's per-token
+    // cross-entropy (-log p) weighted by -d loss / d log p.
+    ZT_ASSIGN_OR_RETURN(std::vector<double> losses,
+                        m_.actor_engine.forward_token_losses(e.seq, targets));
+    std::vector<float> lp(static_cast<size_t>(B * n));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < n; ++j) {
+        lp[static_cast<size_t>(b * n + j)] =
+            static_cast<float>(-losses[static_cast<size_t>(b * T + start + j)]);
+      }
+    }
+    const ppo::ActorLossInputs ai{.log_probs = lp, .old_log_probs = old_lp, .advantages = adv,
+                                  .mask = mask, .B = B, .n = n};
+    const double actor_loss = ppo::actor_loss(ai, cfg);
+    std::vector<float> dlp(lp.size());
+    ppo::actor_loss_backward(ai, cfg, dlp);
+    std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < n; ++j) {
+        w[static_cast<size_t>(b * T + start + j)] = -dlp[static_cast<size_t>(b * n + j)];
+      }
+    }
+    ZT_RETURN_IF_ERROR(m_.actor_engine.backward_weighted(w, static_cast<float>(actor_loss)));
+    ZT_RETURN_IF_ERROR(m_.actor_engine.step());
+
+    // The critic: the clipped value loss over the same columns, from its (B,T) values.
+    ZT_ASSIGN_OR_RETURN(Tensor values, m_.critic_engine.forward_outputs(e.seq));
+    const std::vector<double> vall = values.to_doubles();
+    std::vector<float> v(static_cast<size_t>(B * n));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < n; ++j) {
+        v[static_cast<size_t>(b * n + j)] =
+            static_cast<float>(vall[static_cast<size_t>(b * T + start + j)]);
+      }
+    }
+    const ppo::CriticLossInputs ci{.values = v, .old_values = old_v, .returns = ret, .mask = mask,
+                                   .B = B, .n = n};
+    const double critic_loss = ppo::critic_loss(ci, cfg);
+    std::vector<float> dv(v.size());
+    ppo::critic_loss_backward(ci, cfg, dv);
+    std::vector<float> dout(static_cast<size_t>(B * T), 0.0f);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < n; ++j) {
+        dout[static_cast<size_t>(b * T + start + j)] = dv[static_cast<size_t>(b * n + j)];
+      }
+    }
+    ZT_RETURN_IF_ERROR(m_.critic_engine.backward_outputs(
+        Tensor::from_floats(dout, {B, T}, DType::f32), static_cast<float>(critic_loss)));
+    ZT_RETURN_IF_ERROR(m_.critic_engine.step());
+    st.actor_loss += actor_loss / o_.ppo_epochs;
+    st.critic_loss += critic_loss / o_.ppo_epochs;
+  }
+  st.train_s = seconds_since(t0);
+  st.generate_s = e.generate_s;
+  st.generate_tokens_per_s = e.generate_s > 0 ? e.generated_tokens / e.generate_s : 0;
+  st.train_tokens_per_s =
+      st.train_s > 0 ? 2.0 * o_.ppo_epochs * static_cast<double>(B * T) / st.train_s : 0;
+  return st;
+}
+
+Result<PpoRoundStats> PpoTrainer::round(const std::vector<std::vector<int32_t>>& prompts) {
+  ZT_ASSIGN_OR_RETURN(PpoExperience e, generate_experience(prompts));
+  ++rounds_;
+  return train_rlhf(e);
+}
+
+}  // namespace zt::tasks

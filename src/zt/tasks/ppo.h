@@ -1,0 +1,102 @@
+// DeepSpeed-Chat's step 3 (RLHF with PPO), one experience batch at a time, over ZeroTrain's
+// engines: the actor (a causal LM) and the critic (a value head: a reward model's
+// nn::Task::kReward head read at every position) each train in an Engine; the frozen reference
+// actor and the reward model are only evaluated. One round, as dschat/rlhf/ppo_trainer.py runs it:
+//
+//   generate_experience  the actor answers B prompts of one length (nn::generate_batch, greedy or
+//                        sampled, up to max_answer_len tokens, ending at an end-of-sequence id);
+//                        seq = prompt + answer, right-padded to prompt_len + max_answer_len;
+//                        log-probs of seq[1:] under the actor and the reference, the critic's
+//                        values, the reward score of each row's last real token
+//   train_rlhf           rewards (the score minus the KL penalty), advantages and returns
+//                        (tasks/ppo_math.h), then per PPO epoch one actor step on the clipped
+//                        policy loss (Engine::forward_token_losses / backward_weighted) and one
+//                        critic step on the clipped value loss (forward_outputs /
+//                        backward_outputs)
+//
+// Rows are not left-padded: a batch's prompts share one length (the caller groups them), so the
+// causal models need no attention mask; padding after an answer never reaches an earlier
+// position and is outside the action mask.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "zt/core/status.h"
+#include "zt/nn/generate.h"
+#include "zt/nn/models/transformer.h"
+#include "zt/runtime/engine.h"
+#include "zt/tasks/ppo_math.h"
+
+namespace zt::tasks {
+
+struct PpoOptions {
+  ppo::PpoConfig ppo{};
+  int ppo_epochs = 1;         // --ppo-epochs
+  int max_answer_len = 256;   // --max-answer-seq-len
+  int32_t pad_id = 0;         // what follows an answer that ended early
+  // Generation: sampling, temperature, top-k/p, eos ids, seed (advanced per round); vocab_size,
+  // max_seq_len and num_layers are filled from the actor.
+  nn::GenerateOptions generation{};
+};
+
+// The reward of each row: B scores from the finished rows (prompt + answer, right-padded) and
+// each row's position of its last real token.
+using RewardFn = std::function<Result<std::vector<float>>(const Tensor& seq,
+                                                          const std::vector<int64_t>& last)>;
+
+// The reward model's value (B,T) at each row's last real token (DeepSpeed-Chat's
+// chosen_end_scores), evaluated through `engine` (its hooks gather a sharded model).
+RewardFn reward_model_scores(nn::Transformer& reward_model, Engine& engine);
+
+struct PpoModels {
+  nn::Transformer& actor;
+  Engine& actor_engine;
+  nn::Transformer& critic;  // a value head (nn::Task::kReward)
+  Engine& critic_engine;
+  nn::Transformer& ref;     // the frozen reference actor
+  Engine& ref_engine;       // (evaluated only)
+  RewardFn reward;
+};
+
+// One round's experience; per-position arrays are (B, L), L = T - 1, start = prompt_len - 1.
+struct PpoExperience {
+  Tensor seq;  // (B, T) i32, host
+  int64_t B = 0, T = 0, prompt_len = 0;
+  std::vector<int64_t> last;  // each row's last real token
+  std::vector<float> log_probs, ref_log_probs, values, action_mask;
+  std::vector<float> reward_score;  // (B)
+  double generate_s = 0;
+  int64_t generated_tokens = 0;
+};
+
+struct PpoRoundStats {
+  double reward_mean = 0;      // the scores' mean
+  double kl = 0;               // mean over answer positions of log p_actor - log p_ref
+  double actor_loss = 0, critic_loss = 0;  // over the PPO epochs' steps
+  double generate_s = 0, train_s = 0;
+  double generate_tokens_per_s = 0, train_tokens_per_s = 0;
+};
+
+class PpoTrainer {
+ public:
+  PpoTrainer(PpoModels models, PpoOptions options);
+  // B prompts of one length (token ids): the experience of one round. Collective over the
+  // engines' ranks (every rank passes its own prompts, of the same count and lengths).
+  Result<PpoExperience> generate_experience(const std::vector<std::vector<int32_t>>& prompts);
+  // The PPO epochs over one experience: actor and critic steps. Collective.
+  Result<PpoRoundStats> train_rlhf(const PpoExperience& exp);
+  // Both in turn.
+  Result<PpoRoundStats> round(const std::vector<std::vector<int32_t>>& prompts);
+
+ private:
+  // -log p(seq[t+1]) at every position t < T-1 of `seq` under `model` (evaluation, no gradient).
+  std::vector<float> log_probs(nn::Transformer& model, Engine& engine, const Tensor& seq,
+                               const Tensor& targets);
+  PpoModels m_;
+  PpoOptions o_;
+  int64_t rounds_ = 0;
+};
+
+}  // namespace zt::tasks
