@@ -27,16 +27,19 @@ Tensor next_token_targets(const Tensor& seq) {
 
 }  // namespace
 
-RewardFn reward_model_scores(nn::Transformer& reward_model, Engine& engine) {
-  return [&reward_model, &engine](const Tensor& seq,
-                                  const std::vector<int64_t>& last) -> Result<std::vector<float>> {
-    if (reward_model.transformer_config().task != nn::Task::kReward) {
+FrozenModel frozen(nn::Transformer& model, Engine& engine) {
+  return {model, engine.eval_context(), engine.hooks()};
+}
+
+RewardFn reward_model_scores(FrozenModel rm) {
+  return [rm](const Tensor& seq, const std::vector<int64_t>& last) -> Result<std::vector<float>> {
+    if (rm.model.transformer_config().task != nn::Task::kReward) {
       return invalid_argument("the reward model is a {} model without a value head",
-                              reward_model.transformer_config().model_type);
+                              rm.model.transformer_config().model_type);
     }
-    nn::Context ctx = engine.eval_context();
+    nn::Context ctx = rm.context;
     const Tensor dev = seq.to(ctx.device, ctx.stream);
-    const std::vector<double> v = reward_model.forward(ctx, dev, engine.hooks()).to_doubles();
+    const std::vector<double> v = rm.model.forward(ctx, dev, rm.hooks).to_doubles();
     const int64_t T = seq.size(1);
     std::vector<float> out;
     for (size_t b = 0; b < last.size(); ++b) {
@@ -49,13 +52,14 @@ RewardFn reward_model_scores(nn::Transformer& reward_model, Engine& engine) {
 PpoTrainer::PpoTrainer(PpoModels models, PpoOptions options)
     : m_(std::move(models)), o_(std::move(options)) {}
 
-std::vector<float> PpoTrainer::log_probs(nn::Transformer& model, Engine& engine,
-                                         const Tensor& seq, const Tensor& targets) {
-  nn::Context ctx = engine.eval_context();
+std::vector<float> PpoTrainer::log_probs(nn::Transformer& model, nn::Context ctx,
+                                         nn::UnitHooks* hooks, const Tensor& seq,
+                                         const Tensor& targets) {
   const Tensor t = targets.to(ctx.device, ctx.stream);
+  ctx.mode = nn::Mode::kEval;
   ctx.targets = &t;
   const std::vector<double> losses =
-      model.forward(ctx, seq.to(ctx.device, ctx.stream), engine.hooks()).to_doubles();
+      model.forward(ctx, seq.to(ctx.device, ctx.stream), hooks).to_doubles();
   const int64_t B = seq.size(0), T = seq.size(1), L = T - 1;
   std::vector<float> out(static_cast<size_t>(B * L));
   for (int64_t b = 0; b < B; ++b) {
@@ -129,8 +133,9 @@ Result<PpoExperience> PpoTrainer::generate_experience(
     }
   }
   const Tensor targets = next_token_targets(e.seq);
-  e.log_probs = log_probs(m_.actor, m_.actor_engine, e.seq, targets);
-  e.ref_log_probs = log_probs(m_.ref, m_.ref_engine, e.seq, targets);
+  e.log_probs = log_probs(m_.actor, m_.actor_engine.eval_context(), m_.actor_engine.hooks(), e.seq,
+                          targets);
+  e.ref_log_probs = log_probs(m_.ref.model, m_.ref.context, m_.ref.hooks, e.seq, targets);
   {
     nn::Context ctx = m_.critic_engine.eval_context();
     const std::vector<double> v =

@@ -46,17 +46,26 @@ struct PpoOptions {
 using RewardFn = std::function<Result<std::vector<float>>(const Tensor& seq,
                                                           const std::vector<int64_t>& last)>;
 
+// A model that is only evaluated (the reference actor, the reward model): its forward-only
+// context and the hooks its forwards run with - an engine's (eval_context(), hooks(): ZeRO-3
+// gathers its shards) or none (weights bound by runtime/inference.h).
+struct FrozenModel {
+  nn::Transformer& model;
+  nn::Context context;
+  nn::UnitHooks* hooks = nullptr;
+};
+FrozenModel frozen(nn::Transformer& model, Engine& engine);
+
 // The reward model's value (B,T) at each row's last real token (DeepSpeed-Chat's
-// chosen_end_scores), evaluated through `engine` (its hooks gather a sharded model).
-RewardFn reward_model_scores(nn::Transformer& reward_model, Engine& engine);
+// chosen_end_scores).
+RewardFn reward_model_scores(FrozenModel reward_model);
 
 struct PpoModels {
   nn::Transformer& actor;
   Engine& actor_engine;
   nn::Transformer& critic;  // a value head (nn::Task::kReward)
   Engine& critic_engine;
-  nn::Transformer& ref;     // the frozen reference actor
-  Engine& ref_engine;       // (evaluated only)
+  FrozenModel ref;          // the reference actor
   RewardFn reward;
 };
 
@@ -92,8 +101,8 @@ class PpoTrainer {
 
  private:
   // -log p(seq[t+1]) at every position t < T-1 of `seq` under `model` (evaluation, no gradient).
-  std::vector<float> log_probs(nn::Transformer& model, Engine& engine, const Tensor& seq,
-                               const Tensor& targets);
+  std::vector<float> log_probs(nn::Transformer& model, nn::Context ctx, nn::UnitHooks* hooks,
+                               const Tensor& seq, const Tensor& targets);
   PpoModels m_;
   PpoOptions o_;
   int64_t rounds_ = 0;

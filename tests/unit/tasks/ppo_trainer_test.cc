@@ -73,7 +73,7 @@ struct PpoSetup {
     o.generation.top_k = 0;
     o.generation.seed = 17;
     trainer = std::make_unique<PpoTrainer>(
-        PpoModels{actor, *actor_e, *critic, *critic_e, ref, *ref_e, share_of_threes}, o);
+        PpoModels{actor, *actor_e, *critic, *critic_e, frozen(ref, *ref_e), share_of_threes}, o);
   }
 };
 
