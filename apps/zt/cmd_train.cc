@@ -43,6 +43,8 @@ namespace zt::cli {
 
 // cmd_train_vision.cc: `zt train --model alexnet` (image classification).
 int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_values);
+// cmd_train_ppo.cc: `zt train --task ppo` (DeepSpeed-Chat's step 3).
+int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_values);
 
 namespace {
 
@@ -162,6 +164,38 @@ const std::vector<FlagSpec> kFlags = {
      "when writing --metrics-out fails: fail (default: stop with the error) or warn (warn once, "
      "stop writing metrics, train on)",
      "POLICY"},
+    // --task ppo (DeepSpeed-Chat step 3; docs/rlhf.md).
+    {"--actor", FlagKind::kValue, "ppo: the SFT model (step 1) to train, a directory or named size",
+     "DIR"},
+    {"--critic", FlagKind::kValue,
+     "ppo: the reward model (step 2): scores the answers (frozen) and starts the critic", "DIR"},
+    {"--ref", FlagKind::kValue, "ppo: the reference model of the KL penalty (default: --actor)",
+     "DIR"},
+    {"--actor-lr", FlagKind::kValue, "ppo: the actor's learning rate (default: the config's)", "LR"},
+    {"--critic-lr", FlagKind::kValue, "ppo: the critic's learning rate (default: the config's)",
+     "LR"},
+    {"--actor-zero-stage", FlagKind::kValue, "ppo: the actor's ZeRO stage (default: the config's)",
+     "S"},
+    {"--critic-zero-stage", FlagKind::kValue,
+     "ppo: the critic's ZeRO stage (default: the config's)", "S"},
+    {"--ppo-epochs", FlagKind::kValue, "ppo: training passes over each round's experience (1)", "N"},
+    {"--generation-batches", FlagKind::kValue, "ppo: experience batches a round (1)", "N"},
+    {"--max-prompt-seq-len", FlagKind::kValue, "ppo: a prompt's last N tokens (256)", "N"},
+    {"--max-answer-seq-len", FlagKind::kValue, "ppo: answer tokens generated at most (256)", "N"},
+    {"--kl-ctl", FlagKind::kValue, "ppo: the KL penalty's weight (0.1)", "X"},
+    {"--clip-reward-value", FlagKind::kValue, "ppo: reward scores clipped to +-X (5)", "X"},
+    {"--cliprange", FlagKind::kValue, "ppo: the policy ratio's clip (0.2)", "X"},
+    {"--cliprange-value", FlagKind::kValue, "ppo: the value clip around the old values (0.2)", "X"},
+    {"--gamma", FlagKind::kValue, "ppo: the discount (1.0)", "X"},
+    {"--lam", FlagKind::kValue, "ppo: GAE's lambda (0.95)", "X"},
+    {"--enable-ema", FlagKind::kSwitch, "ppo: (not yet) an EMA copy of the actor"},
+    {"--unsupervised-dataset", FlagKind::kValue, "ppo: (not yet) pre-training data mixed in", "FILE"},
+    {"--unsup-coef", FlagKind::kValue, "ppo: (not yet) the unsupervised loss's weight", "X"},
+    {"--offload-reference-model", FlagKind::kSwitch, "ppo: (not yet) the reference on the host"},
+    {"--actor-lora-dim", FlagKind::kValue, "ppo: (not yet) LoRA on the actor", "R"},
+    {"--enable-hybrid-engine", FlagKind::kSwitch,
+     "ppo: (not yet) DeepSpeed's hybrid engine (generation from gathered shards)"},
+    {"--inference-tp-size", FlagKind::kValue, "ppo: (not yet) tensor-parallel generation", "T"},
     {"--pipeline-parallel-size", FlagKind::kValue,
      "pipeline parallelism: split the model's units into P stages (DeepSpeed's PipelineModule "
      "num_stages), the ranks into P x (ranks / P) data-parallel pipelines; each batch's "
@@ -289,6 +323,15 @@ int cmd_train(const Args& raw_args) {
   if (auto m = a.get("--model"); m && nn::is_vision_model(*m)) {
     return cmd_train_vision(a, data_values->value_or(std::vector<std::string>{}));
   }
+  if (a.get("--task") == std::optional<std::string>("ppo")) {
+    return cmd_train_ppo(a, data_values->value_or(std::vector<std::string>{}));
+  }
+  for (const char* f : {"--actor", "--critic", "--ref", "--actor-lr", "--critic-lr", "--ppo-epochs",
+                        "--generation-batches", "--max-prompt-seq-len", "--max-answer-seq-len",
+                        "--kl-ctl", "--clip-reward-value", "--cliprange", "--cliprange-value",
+                        "--gamma", "--lam", "--actor-zero-stage", "--critic-zero-stage"}) {
+    if (a.has(f)) return fail(invalid_argument("{} belongs to --task ppo", f));
+  }
   auto int_flag = [&](const char* flag, int64_t def, int64_t min) -> Result<int64_t> {
     auto v = a.get(flag);
     if (!v) return def;
@@ -358,7 +401,7 @@ int cmd_train(const Args& raw_args) {
   if (!choice) return fail(choice.status());
   const std::string task = a.get("--task").value_or("pretrain");
   if (task != "pretrain" && task != "sft" && task != "mlm" && task != "reward") {
-    return fail(invalid_argument("--task must be pretrain, sft, reward or mlm, not '{}'", task));
+    return fail(invalid_argument("--task must be pretrain, sft, reward, mlm or ppo, not '{}'", task));
   }
   if (task == "reward") {
     const nn::TransformerConfig& c = choice->model->transformer_config();

@@ -1,0 +1,339 @@
+// `zt train --task ppo`: DeepSpeed-Chat's step 3 (tasks/ppo.h). The actor (an SFT model: step 1)
+// and the critic (a reward model: step 2, which also scores the answers, frozen) each train in
+// an engine with the DeepSpeed config (its optimizer lr replaced by --actor-lr / --critic-lr and
+// its ZeRO stage by --actor-zero-stage / --critic-zero-stage when given); the reference actor and
+// the reward model are evaluated only, from weights bound for inference (runtime/inference.h).
+// Each step is one round: every data-parallel rank answers train_micro_batch_size_per_gpu
+// prompts of one token length, then the PPO epochs train both models on that experience.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_args.h"
+#include "commands.h"
+#include "model_args.h"
+#include "progress.h"
+#include "train_support.h"
+#include "zt/checkpoint/model_open.h"
+#include "zt/comm/communicator.h"
+#include "zt/comm/env.h"
+#include "zt/core/file_io.h"
+#include "zt/core/log.h"
+#include "zt/runtime/inference.h"
+#include "zt/tasks/ppo.h"
+#include "zt/tasks/reward.h"
+
+namespace zt::cli {
+namespace {
+
+// DeepSpeed-Chat flags that ZeroTrain does not run yet, each refused by name.
+constexpr const char* kNotYet[] = {"--enable-ema", "--unsupervised-dataset", "--unsup-coef",
+                                   "--offload-reference-model", "--actor-lora-dim",
+                                   "--enable-hybrid-engine", "--inference-tp-size"};
+// Flags of other tasks that mean nothing here.
+constexpr const char* kOtherTasks[] = {
+    "--model", "--seq-len", "--eval-data", "--train-on-prompt", "--pack", "--lora-dim",
+    "--pipeline-parallel-size", "--tensor-parallel-size", "--sequence-parallel", "--cuda-graph",
+    "--mlm-probability", "--save-16bit-model", "--dump-params", "--save-async", "--load"};
+
+Result<double> number_flag(const ParsedArgs& a, const char* flag, double def) {
+  auto v = a.get(flag);
+  if (!v) return def;
+  char* end = nullptr;
+  const double x = std::strtod(v->c_str(), &end);
+  if (end == v->c_str() || *end != '\0') {
+    return invalid_argument("{} must be a number, got '{}'", flag, *v);
+  }
+  return x;
+}
+
+// The config file with the optimizer's lr and the ZeRO stage replaced where given.
+Result<DeepSpeedConfig> model_config(const std::string& path, int world, std::optional<double> lr,
+                                     std::optional<int64_t> stage) {
+  ZT_ASSIGN_OR_RETURN(std::string text, file_read_all(path, "DeepSpeed config"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const std::exception& e) {
+    // Not plain JSON (hjson, duplicate keys...): the config's own reader says what is wrong.
+    if (!lr && !stage) return config_load(path, world);
+    return invalid_argument("{}: --actor-lr/--critic-lr and --*-zero-stage need a JSON config: {}",
+                            path, e.what());
+  }
+  if (lr) j["optimizer"]["params"]["lr"] = *lr;
+  if (stage) j["zero_optimization"]["stage"] = *stage;
+  return config_parse(j.dump(), path, world);
+}
+
+}  // namespace
+
+int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_values) {
+  for (const char* f : kNotYet) {
+    if (a.has(f)) {
+      return fail(invalid_argument("{} is not supported by --task ppo yet (docs/rlhf.md lists "
+                                   "what step 3 runs)",
+                                   f));
+    }
+  }
+  for (const char* f : kOtherTasks) {
+    if (a.has(f)) {
+      return fail(invalid_argument(
+          "{} does not apply to --task ppo (give --actor and --critic; docs/rlhf.md)", f));
+    }
+  }
+  auto config_path = a.get("--config");
+  if (!config_path) config_path = a.get("--deepspeed_config");
+  const auto actor_name = a.get("--actor"), critic_name = a.get("--critic");
+  if (!actor_name || !critic_name || data_values.size() != 1) {
+    return fail(invalid_argument(
+        "--task ppo needs --actor DIR (the SFT model), --critic DIR (the reward model) and "
+        "--data prompts.jsonl"));
+  }
+  auto int_flag = [&](const char* flag, int64_t def, int64_t min) -> Result<int64_t> {
+    auto v = a.get(flag);
+    if (!v) return def;
+    return parse_int(flag, *v, min);
+  };
+  auto steps = int_flag("--steps", 200, 1);
+  auto seed = int_flag("--seed", 1234, 0);
+  auto ppo_epochs = int_flag("--ppo-epochs", 1, 1);
+  auto gen_batches = int_flag("--generation-batches", 1, 1);
+  auto max_prompt = int_flag("--max-prompt-seq-len", 256, 1);
+  auto max_answer = int_flag("--max-answer-seq-len", 256, 1);
+  for (const auto* r : {&steps, &seed, &ppo_epochs, &gen_batches, &max_prompt, &max_answer}) {
+    if (!*r) return fail(r->status());
+  }
+  if (*gen_batches != 1) {
+    return fail(invalid_argument("--generation-batches {}: one experience batch a round is what "
+                                 "--task ppo runs yet (give 1)",
+                                 *gen_batches));
+  }
+  tasks::PpoOptions po;
+  po.ppo_epochs = static_cast<int>(*ppo_epochs);
+  po.max_answer_len = static_cast<int>(*max_answer);
+  for (auto [flag, dst] : {std::pair{"--kl-ctl", &po.ppo.kl_ctl},
+                           std::pair{"--clip-reward-value", &po.ppo.clip_reward_value},
+                           std::pair{"--cliprange", &po.ppo.cliprange},
+                           std::pair{"--cliprange-value", &po.ppo.cliprange_value},
+                           std::pair{"--gamma", &po.ppo.gamma}, std::pair{"--lam", &po.ppo.lam}}) {
+    auto v = number_flag(a, flag, *dst);
+    if (!v) return fail(v.status());
+    *dst = *v;
+  }
+  std::optional<double> actor_lr, critic_lr;
+  std::optional<int64_t> actor_stage, critic_stage;
+  for (auto [flag, dst] : {std::pair{"--actor-lr", &actor_lr}, std::pair{"--critic-lr", &critic_lr}}) {
+    if (!a.has(flag)) continue;
+    auto v = number_flag(a, flag, 0);
+    if (!v) return fail(v.status());
+    *dst = *v;
+  }
+  for (auto [flag, dst] : {std::pair{"--actor-zero-stage", &actor_stage},
+                           std::pair{"--critic-zero-stage", &critic_stage}}) {
+    if (!a.has(flag)) continue;
+    auto v = parse_int(flag, *a.get(flag), 0);
+    if (!v) return fail(v.status());
+    if (*v > 3) return fail(invalid_argument("{} must be 0, 1, 2 or 3, got {}", flag, *v));
+    *dst = *v;
+  }
+
+  // Ranks, device, configs.
+  auto env = dist_env_from_environment();
+  if (!env) return fail(env.status());
+  const int rank = env->rank, world = env->world_size;
+  if (world > 1) set_log_rank(rank);
+  Device device = cuda_device_count() > 0 ? Device::cuda(env->local_rank) : Device::cpu();
+  if (auto d = a.get("--device")) {
+    auto pd = device_parse(*d);
+    if (!pd) return fail(pd.status());
+    device = *pd;
+    if (device.is_cuda() && *d == "cuda") device = Device::cuda(env->local_rank);
+  }
+  if (Status s = device_check(device); !s.is_ok()) return fail(s);
+  auto actor_cfg = model_config(*config_path, world, actor_lr, actor_stage);
+  if (!actor_cfg) return fail(actor_cfg.status().with_context("actor"));
+  auto critic_cfg = model_config(*config_path, world, critic_lr, critic_stage);
+  if (!critic_cfg) return fail(critic_cfg.status().with_context("critic"));
+  if (actor_cfg->gradient_accumulation_steps != 1) {
+    return fail(invalid_argument(
+        "--task ppo trains each round's experience in one micro-step: set "
+        "gradient_accumulation_steps to 1 (train_micro_batch_size_per_gpu is the prompts a rank "
+        "answers per round)"));
+  }
+  auto comm = communicator_create(*env, device);
+  if (!comm) return fail(comm.status());
+
+  // Models: actor (trained) and reference (frozen) from --actor (--ref); critic (trained) and
+  // reward (frozen) from --critic, a value head added to a causal model.
+  auto open_lm = [&](const std::string& name) -> Result<ckpt::ModelChoice> {
+    ZT_ASSIGN_OR_RETURN(ckpt::ModelChoice c, ckpt::model_open(name));
+    if (c.model->transformer_config().task != nn::Task::kCausalLM) {
+      return invalid_argument("{} is not a causal language model (the actor of step 3 is the "
+                              "SFT model of step 1)",
+                              name);
+    }
+    return c;
+  };
+  auto open_value = [&](const std::string& name) -> Result<std::unique_ptr<nn::Transformer>> {
+    ZT_ASSIGN_OR_RETURN(ckpt::ModelChoice c, ckpt::model_open(name));
+    const nn::Task t = c.model->transformer_config().task;
+    if (t == nn::Task::kCausalLM) return tasks::reward_model_from(*c.model);
+    if (t != nn::Task::kReward) {
+      return invalid_argument("{} is neither a reward model nor a causal decoder to put a value "
+                              "head on",
+                              name);
+    }
+    return std::move(c.model);
+  };
+  auto actor_choice = open_lm(*actor_name);
+  if (!actor_choice) return fail(actor_choice.status().with_context("--actor"));
+  auto ref_choice = open_lm(a.get("--ref").value_or(*actor_name));
+  if (!ref_choice) return fail(ref_choice.status().with_context("--ref"));
+  auto critic = open_value(*critic_name);
+  if (!critic) return fail(critic.status().with_context("--critic"));
+  auto reward_model = open_value(*critic_name);
+  if (!reward_model) return fail(reward_model.status().with_context("--critic"));
+  nn::Transformer& actor = *actor_choice->model;
+  const nn::TransformerConfig& ac = actor.transformer_config();
+  if ((*critic)->transformer_config().vocab_size < ac.vocab_size) {
+    return fail(invalid_argument("the critic's vocabulary ({}) is smaller than the actor's ({}): "
+                                 "step 2's reward model reads the actor's tokens",
+                                 (*critic)->transformer_config().vocab_size, ac.vocab_size));
+  }
+  if (*max_prompt + *max_answer > ac.max_positions) {
+    return fail(invalid_argument(
+        "--max-prompt-seq-len {} + --max-answer-seq-len {} exceed the actor's context of {}",
+        *max_prompt, *max_answer, ac.max_positions));
+  }
+  const EngineOptions eo{.device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()};
+  auto actor_e = initialize(actor, *actor_cfg, eo);
+  if (!actor_e) return fail(actor_e.status().with_context("actor"));
+  auto critic_e = initialize(**critic, *critic_cfg, eo);
+  if (!critic_e) return fail(critic_e.status().with_context("critic"));
+  const DType dt = actor_cfg->compute_dtype();
+  auto ref_w = InferenceWeights::bind(*ref_choice->model, device, dt, static_cast<uint64_t>(*seed));
+  if (!ref_w) return fail(ref_w.status().with_context("reference"));
+  auto rm_w = InferenceWeights::bind(**reward_model, device, dt, static_cast<uint64_t>(*seed));
+  if (!rm_w) return fail(rm_w.status().with_context("reward model"));
+
+  // Prompts: the tokenizer of the actor; each prompt's last --max-prompt-seq-len tokens. Rounds
+  // take prompts of one length (the models run without padding masks), B per rank.
+  auto tok = model_tokenizer(a, *actor_choice, ac.vocab_size);
+  if (!tok) return fail(tok.status());
+  std::ifstream in(data_values[0]);
+  if (!in) return fail(not_found("--data {}: cannot open it", data_values[0]));
+  std::map<size_t, std::vector<std::vector<int32_t>>> by_length;
+  std::string line;
+  int64_t line_no = 0, prompts = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      return fail(invalid_argument("{} line {}: not JSON ({})", data_values[0], line_no, e.what()));
+    }
+    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+      return fail(invalid_argument("{} line {}: a step-3 record is {{\"prompt\": \"...\"}}",
+                                   data_values[0], line_no));
+    }
+    auto ids = (*tok)->encode(j["prompt"].get<std::string>(), true);
+    if (!ids) return fail(ids.status().with_context(fmt::format("{} line {}", data_values[0], line_no)));
+    if (ids->empty()) continue;
+    if (static_cast<int64_t>(ids->size()) > *max_prompt) {
+      ids->erase(ids->begin(), ids->end() - *max_prompt);
+    }
+    by_length[ids->size()].push_back(std::move(*ids));
+    ++prompts;
+  }
+  const int64_t B = actor_cfg->train_micro_batch_size_per_gpu;
+  // Every batch of B x world prompts of one length, in a seeded order (the same on every rank).
+  std::vector<std::vector<std::vector<int32_t>>> batches;
+  for (auto& [len, rows] : by_length) {
+    for (size_t i = 0; i + static_cast<size_t>(B * world) <= rows.size(); i += static_cast<size_t>(B * world)) {
+      batches.emplace_back(rows.begin() + static_cast<std::ptrdiff_t>(i),
+                           rows.begin() + static_cast<std::ptrdiff_t>(i + static_cast<size_t>(B * world)));
+    }
+  }
+  if (batches.empty()) {
+    return fail(invalid_argument(
+        "{}: {} prompts, but no {} of them share a token length (a round takes "
+        "train_micro_batch_size_per_gpu {} x {} ranks prompts of one length)",
+        data_values[0], prompts, B * world, B, world));
+  }
+  std::mt19937_64 order(static_cast<uint64_t>(*seed));
+  std::shuffle(batches.begin(), batches.end(), order);
+  if (rank == 0) {
+    ZT_LOG_INFO("ppo: {} prompts from {}, {} rounds' batches of {} per rank; actor {} (ZeRO {}), "
+                "critic {} (ZeRO {}), answers up to {} tokens, {} PPO epoch(s) a round",
+                prompts, data_values[0], batches.size(), B, *actor_name, actor_cfg->zero.stage,
+                *critic_name, critic_cfg->zero.stage, *max_answer, *ppo_epochs);
+  }
+
+  po.generation.sampling = nn::Sampling::kGreedy;  // DeepSpeed-Chat generates greedily
+  po.generation.seed = static_cast<uint64_t>(*seed);
+  if (auto eos = model_eos_id(actor_choice->source_dir)) {
+    po.generation.eos_token_ids = {*eos};
+    po.pad_id = *eos;
+  }
+  tasks::PpoTrainer trainer(
+      {.actor = actor,
+       .actor_engine = **actor_e,
+       .critic = **critic,
+       .critic_engine = **critic_e,
+       .ref = {*ref_choice->model, ref_w->context(), nullptr},
+       .reward = tasks::reward_model_scores({**reward_model, rm_w->context(), nullptr})},
+      po);
+
+  auto write_policy = write_error_policy(a.get("--on-write-error").value_or("fail"));
+  if (!write_policy) return fail(write_policy.status());
+  MetricsWriter metrics(*write_policy);
+  if (auto m = a.get("--metrics-out"); m && rank == 0) {
+    if (Status s = metrics.open(*m); !s.is_ok()) return fail(s);
+  }
+  ProgressBar bar(*steps, rank == 0, "tok/s");
+  for (int64_t step = 0; step < *steps; ++step) {
+    const auto& all = batches[static_cast<size_t>(step) % batches.size()];
+    std::vector<std::vector<int32_t>> mine(all.begin() + rank * B, all.begin() + (rank + 1) * B);
+    auto st = trainer.round(mine);
+    if (!st) {
+      bar.finish();
+      return fail(st.status());
+    }
+    bar.update(step + 1, st->actor_loss, (*actor_e)->last_step()->lr, st->generate_tokens_per_s,
+               false);
+    nlohmann::json r = {{"step", step + 1},
+                        {"reward_mean", st->reward_mean},
+                        {"kl", st->kl},
+                        {"actor_loss", st->actor_loss},
+                        {"critic_loss", st->critic_loss},
+                        {"generate_s", st->generate_s},
+                        {"train_s", st->train_s},
+                        {"generate_tokens_per_s", st->generate_tokens_per_s},
+                        {"train_tokens_per_s", st->train_tokens_per_s}};
+    if (Status s = metrics.write(r); !s.is_ok()) {
+      bar.finish();
+      return fail(s);
+    }
+  }
+  bar.finish();
+  if (auto dir = a.get("--save")) {
+    for (auto [name, e] : {std::pair{"actor", actor_e->get()}, std::pair{"critic", critic_e->get()}}) {
+      if (Status s = e->save_checkpoint(*dir + "/" + name, "", {{"task", "ppo"}}); !s.is_ok()) {
+        return fail(s.with_context(name));
+      }
+    }
+  }
+  if (Status s = metrics.close(); !s.is_ok()) return fail(s);
+  return 0;
+}
+
+}  // namespace zt::cli
