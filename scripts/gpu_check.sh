@@ -24,7 +24,8 @@
 # and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
 # Section `vision` trains AlexNet on CIFAR-10's binary format (GPU against the CPU, bf16 next to
 # PyTorch) and writes the PyTorch fixture of tests/fixtures/vision.
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision") picks them;
+# Section `rlhf` runs zt train --task ppo on the GPU against the CPU and in bf16 at ZeRO 0 and 3.
+# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -43,7 +44,7 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora monitors vision} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
@@ -1014,6 +1015,63 @@ else:
 VPY
 fi
 
+if on rlhf; then
+# zt train --task ppo (DeepSpeed-Chat step 3) with llama-tiny as actor and critic: the first
+# rounds in f32 on the GPU against the CPU (greedy answers of near-equal logits are the same
+# tokens, so the rounds' numbers agree), and bf16 rounds at ZeRO 0 and 3 with finite numbers.
+echo "== rlhf: zt train --task ppo, GPU against CPU (f32), bf16 at ZeRO 0 and 3"
+rd=${ZT_RLHF_DIR:-/tmp/zt_rlhf}
+mkdir -p "$rd"
+python3 - "$rd" <<'RPY'
+import json, random, sys
+random.seed(0)
+with open(f"{sys.argv[1]}/prompts.jsonl", "w") as f:
+    for _ in range(256):
+        f.write(json.dumps({"prompt": "say: " + "".join(random.choice("abcdef") for _ in range(3))}) + "\n")
+RPY
+for p in f32 bf16; do
+  bf=false; [ $p = bf16 ] && bf=true
+  cat >"$rd/$p.json" <<JSON
+{"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+ "bf16": {"enabled": $bf}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.0}}}
+JSON
+done
+rcommon=(--task ppo --actor llama-tiny --critic llama-tiny --data "$rd/prompts.jsonl"
+  --max-prompt-seq-len 16 --max-answer-seq-len 32 --seed 3)
+for d in cpu cuda; do
+  "$bin"/zt train --config "$rd/f32.json" "${rcommon[@]}" --steps 3 --device $d \
+    --metrics-out "$out/rlhf_f32_$d.jsonl" >"$out/rlhf_f32_$d.log" 2>&1 || tail -3 "$out/rlhf_f32_$d.log"
+done
+for st in 0 3; do
+  "$bin"/zt train --config "$rd/bf16.json" "${rcommon[@]}" --steps 10 --device cuda \
+    --actor-zero-stage $st --critic-zero-stage $st --metrics-out "$out/rlhf_bf16_z$st.jsonl" \
+    >"$out/rlhf_bf16_z$st.log" 2>&1 || tail -3 "$out/rlhf_bf16_z$st.log"
+done
+python3 - "$out" <<'RPY' | tee "$out/rlhf.txt"
+import json, math, sys
+out = sys.argv[1]
+def recs(n):
+    try:
+        return [json.loads(l) for l in open(f"{out}/{n}") if l.strip()]
+    except OSError:
+        return []
+c, g = recs("rlhf_f32_cpu.jsonl"), recs("rlhf_f32_cuda.jsonl")
+keys = ["reward_mean", "actor_loss", "critic_loss"]
+if c and len(c) == len(g):
+    worst = max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-3) for a, b in zip(c[:1], g[:1]) for k in keys)
+    print(f"rlhf: ppo f32 GPU vs CPU, round 1 (reward, actor and critic loss): worst rel diff "
+          f"{worst:.2e} (tol 1e-3) {'ok' if worst <= 1e-3 else 'FAIL'}")
+else:
+    print(f"rlhf: ppo f32 GPU vs CPU: runs missing ({len(c)} / {len(g)} rounds) FAIL")
+for st in (0, 3):
+    r = recs(f"rlhf_bf16_z{st}.jsonl")
+    fin = len(r) == 10 and all(math.isfinite(x[k]) for x in r for k in keys + ["kl"])
+    gen = sorted(x["generate_tokens_per_s"] for x in r)[len(r) // 2] if r else float("nan")
+    print(f"rlhf: ppo bf16 ZeRO {st}, {len(r)} rounds of 16 prompts: finite {fin}, generation "
+          f"{gen:.0f} tokens/s (median) {'ok' if fin else 'FAIL'}")
+RPY
+fi
+
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" "$export_rc" <<'PY'
 import json, sys
@@ -1035,7 +1093,7 @@ if gpu_rc == -1:
 print(f"GPU tests: {tests}{'' if gpu_rc == -1 else f' ({ran(gpu_rc)})'};  "
       f"zt train gpt2 bf16: {ran(train_rc)};  "
       f"export to transformers: {ran(export_rc)}")
-for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt"):  # one line per check, ending ok or FAIL
+for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt", "rlhf.txt"):  # one line per check, ending ok or FAIL
     try:
         for line in open(f"{out}/{name}"):
             print(line.rstrip())
