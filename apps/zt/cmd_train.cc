@@ -491,14 +491,9 @@ int cmd_train(const Args& raw_args) {
   const int data_rank = topology->coord_of(rank, pipe::kAxisData);
 
   // Device: each rank uses the GPU of its local rank.
-  Device device = cuda_device_count() > 0 ? Device::cuda(env->local_rank) : Device::cpu();
-  if (auto d = a.get("--device")) {
-    auto pd = device_parse(*d);
-    if (!pd) return fail(pd.status());
-    device = *pd;
-    if (device.is_cuda() && *d == "cuda") device = Device::cuda(env->local_rank);
-  }
-  if (Status s = device_check(device); !s.is_ok()) return fail(s);
+  auto device_r = train_device(a, env->local_rank);
+  if (!device_r) return fail(device_r.status());
+  const Device device = *device_r;
 
   auto cfg = config_load(*config_path, data_world);
   if (!cfg) return fail(cfg.status());
@@ -811,12 +806,8 @@ int cmd_train(const Args& raw_args) {
         "--save-interval, --keep-last, --save-async and --save-on-signal need --save DIR (where "
         "to save)"));
   }
-  if (!a.get("--load") && (a.has("--load-tag") || a.has("--load-module-only") ||
-                           a.has("--no-load-optimizer-states") ||
-                           a.has("--no-load-lr-scheduler-states"))) {
-    return fail(invalid_argument(
-        "--load-tag, --load-module-only and --no-load-* need --load DIR (where to load from)"));
-  }
+  auto load_options = load_flags(a);
+  if (!load_options) return fail(load_options.status());
   auto write_policy = write_error_policy(a.get("--on-write-error").value_or("fail"));
   if (!write_policy) return fail(write_policy.status());
 
@@ -829,11 +820,7 @@ int cmd_train(const Args& raw_args) {
                                      {"model", model_name},
                                      {"task", task}};
   if (auto load_dir = a.get("--load")) {
-    CheckpointLoadOptions lo{.tag = a.get("--load-tag").value_or(""),
-                             .load_optimizer_states = !a.has("--no-load-optimizer-states"),
-                             .load_lr_scheduler_states = !a.has("--no-load-lr-scheduler-states"),
-                             .load_module_only = a.has("--load-module-only")};
-    auto loaded = engine.load_checkpoint(*load_dir, lo);
+    auto loaded = engine.load_checkpoint(*load_dir, *load_options);
     if (!loaded) return fail(loaded.status());
     if (*loaded && rank == 0) {
       const nlohmann::json saved = (*loaded)->client_state.value("data", nlohmann::json::object());
@@ -914,19 +901,7 @@ int cmd_train(const Args& raw_args) {
     for (const auto& mon : monitors) ZT_LOG_INFO("monitor: {}", mon->describe());
   }
   const auto record = [&](const nlohmann::json& rec) -> Status {
-    ZT_RETURN_IF_ERROR(metrics.write(rec));
-    if (monitors.empty()) return Status::ok();
-    std::vector<tools::MonitorEvent> events;
-    for (auto it = rec.begin(); it != rec.end(); ++it) {
-      if (it.key() == "step" || it.key() == "samples" || !it.value().is_number()) continue;
-      const std::string name = it.key() == "loss" ? "train_loss" : it.key();
-      events.push_back({"Train/Samples/" + name, it.value().get<double>(), engine.global_samples()});
-    }
-    for (const auto& mon : monitors) {
-      ZT_RETURN_IF_ERROR(mon->write(events));
-      ZT_RETURN_IF_ERROR(mon->flush());
-    }
-    return Status::ok();
+    return record_metrics(metrics, monitors, rec, engine.global_samples());
   };
   ProgressBar bar(*steps, rank == 0);
   const int64_t tokens_per_step = cfg->train_batch_size * *seq;

@@ -149,14 +149,9 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   if (!env) return fail(env.status());
   const int rank = env->rank, world = env->world_size;
   if (world > 1) set_log_rank(rank);
-  Device device = cuda_device_count() > 0 ? Device::cuda(env->local_rank) : Device::cpu();
-  if (auto d = a.get("--device")) {
-    auto pd = device_parse(*d);
-    if (!pd) return fail(pd.status());
-    device = *pd;
-    if (device.is_cuda() && *d == "cuda") device = Device::cuda(env->local_rank);
-  }
-  if (Status s = device_check(device); !s.is_ok()) return fail(s);
+  auto device_r = train_device(a, env->local_rank);
+  if (!device_r) return fail(device_r.status());
+  const Device device = *device_r;
   auto actor_cfg = model_config(*config_path, world, actor_lr, actor_stage);
   if (!actor_cfg) return fail(actor_cfg.status().with_context("actor"));
   auto critic_cfg = model_config(*config_path, world, critic_lr, critic_stage);

@@ -183,14 +183,9 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
   if (!topology) return fail(topology.status());
   const int data_world = topology->dim(pipe::kAxisData);
   const int data_rank = topology->coord_of(rank, pipe::kAxisData);
-  Device device = cuda_device_count() > 0 ? Device::cuda(env->local_rank) : Device::cpu();
-  if (auto d = a.get("--device")) {
-    auto pd = device_parse(*d);
-    if (!pd) return fail(pd.status());
-    device = *pd;
-    if (device.is_cuda() && *d == "cuda") device = Device::cuda(env->local_rank);
-  }
-  if (Status s = device_check(device); !s.is_ok()) return fail(s);
+  auto device_r = train_device(a, env->local_rank);
+  if (!device_r) return fail(device_r.status());
+  const Device device = *device_r;
   auto cfg = config_load(*config_path, data_world);
   if (!cfg) return fail(cfg.status());
   auto comm = communicator_create(*env, device);
@@ -265,12 +260,8 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
     return fail(invalid_argument(
         "--save-interval, --keep-last and --save-on-signal need --save DIR (where to save)"));
   }
-  if (!a.get("--load") && (a.has("--load-tag") || a.has("--load-module-only") ||
-                           a.has("--no-load-optimizer-states") ||
-                           a.has("--no-load-lr-scheduler-states"))) {
-    return fail(invalid_argument(
-        "--load-tag, --load-module-only and --no-load-* need --load DIR (where to load from)"));
-  }
+  auto load_options = load_flags(a);
+  if (!load_options) return fail(load_options.status());
   auto write_policy = write_error_policy(a.get("--on-write-error").value_or("fail"));
   if (!write_policy) return fail(write_policy.status());
   const nlohmann::json data_state = {{"path", data_values[0]},
@@ -280,11 +271,7 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
                                      {"model", model_name},
                                      {"task", "image-classification"}};
   if (auto load_dir = a.get("--load")) {
-    CheckpointLoadOptions lo{.tag = a.get("--load-tag").value_or(""),
-                             .load_optimizer_states = !a.has("--no-load-optimizer-states"),
-                             .load_lr_scheduler_states = !a.has("--no-load-lr-scheduler-states"),
-                             .load_module_only = a.has("--load-module-only")};
-    auto loaded = engine.load_checkpoint(*load_dir, lo);
+    auto loaded = engine.load_checkpoint(*load_dir, *load_options);
     if (!loaded) return fail(loaded.status());
   }
   // The data continues at the micro-batch after the last one trained (a pure function of the
@@ -319,18 +306,7 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
     monitors = std::move(m).value();
   }
   const auto record = [&](const nlohmann::json& rec) -> Status {
-    ZT_RETURN_IF_ERROR(metrics.write(rec));
-    std::vector<tools::MonitorEvent> events;
-    for (auto it = rec.begin(); it != rec.end(); ++it) {
-      if (it.key() == "step" || it.key() == "samples" || !it.value().is_number()) continue;
-      const std::string name = it.key() == "loss" ? "train_loss" : it.key();
-      events.push_back({"Train/Samples/" + name, it.value().get<double>(), engine.global_samples()});
-    }
-    for (const auto& mon : monitors) {
-      ZT_RETURN_IF_ERROR(mon->write(events));
-      ZT_RETURN_IF_ERROR(mon->flush());
-    }
-    return Status::ok();
+    return record_metrics(metrics, monitors, rec, engine.global_samples());
   };
   const nlohmann::json client_state = {{"data", data_state}};
   int64_t saved_at = -1;

@@ -124,6 +124,47 @@ void signal_save_install() {
   sigaction(SIGUSR1, &action, nullptr);
 }
 
+Result<Device> train_device(const ParsedArgs& a, int local_rank) {
+  Device device = cuda_device_count() > 0 ? Device::cuda(local_rank) : Device::cpu();
+  if (auto d = a.get("--device")) {
+    ZT_ASSIGN_OR_RETURN(device, device_parse(*d));
+    if (device.is_cuda() && *d == "cuda") device = Device::cuda(local_rank);
+  }
+  ZT_RETURN_IF_ERROR(device_check(device));
+  return device;
+}
+
+Result<CheckpointLoadOptions> load_flags(const ParsedArgs& a) {
+  if (!a.get("--load") && (a.has("--load-tag") || a.has("--load-module-only") ||
+                           a.has("--no-load-optimizer-states") ||
+                           a.has("--no-load-lr-scheduler-states"))) {
+    return invalid_argument(
+        "--load-tag, --load-module-only and --no-load-* need --load DIR (where to load from)");
+  }
+  return CheckpointLoadOptions{.tag = a.get("--load-tag").value_or(""),
+                               .load_optimizer_states = !a.has("--no-load-optimizer-states"),
+                               .load_lr_scheduler_states = !a.has("--no-load-lr-scheduler-states"),
+                               .load_module_only = a.has("--load-module-only")};
+}
+
+Status record_metrics(MetricsWriter& metrics,
+                      const std::vector<std::unique_ptr<tools::Monitor>>& monitors,
+                      const nlohmann::json& rec, int64_t samples) {
+  ZT_RETURN_IF_ERROR(metrics.write(rec));
+  if (monitors.empty()) return Status::ok();
+  std::vector<tools::MonitorEvent> events;
+  for (auto it = rec.begin(); it != rec.end(); ++it) {
+    if (it.key() == "step" || it.key() == "samples" || !it.value().is_number()) continue;
+    const std::string name = it.key() == "loss" ? "train_loss" : it.key();
+    events.push_back({"Train/Samples/" + name, it.value().get<double>(), samples});
+  }
+  for (const auto& mon : monitors) {
+    ZT_RETURN_IF_ERROR(mon->write(events));
+    ZT_RETURN_IF_ERROR(mon->flush());
+  }
+  return Status::ok();
+}
+
 Status checkpoint_flags(const ParsedArgs& a, EngineOptions& options) {
   options.activation_checkpointing = a.has("--gradient-checkpointing");
   if (auto v = a.get("--activation-checkpoint-interval")) {

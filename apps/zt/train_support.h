@@ -9,6 +9,7 @@
 
 #include "cli_args.h"
 #include "zt/core/file_io.h"
+#include "zt/tools/monitor.h"
 #include "zt/runtime/engine.h"
 
 namespace zt::cli {
@@ -51,6 +52,21 @@ Result<std::optional<std::vector<std::string>>> data_args_extract(std::vector<st
 // options: checkpointing on or off, and the segment length. Errors: a negative N, or 0 with
 // --gradient-checkpointing.
 Status checkpoint_flags(const ParsedArgs& a, EngineOptions& options);
+
+// The training device: each rank's GPU of its local rank (the CPU without one), or --device
+// ("cuda" meaning the local rank's GPU); checked to exist.
+Result<Device> train_device(const ParsedArgs& a, int local_rank);
+
+// --load's options (--load-tag, --load-module-only, --no-load-*), or an error when those are
+// given without --load.
+Result<CheckpointLoadOptions> load_flags(const ParsedArgs& a);
+
+// One metrics record to --metrics-out and to the config's monitors (rank 0's): every number but
+// step and samples as Train/Samples/<name> against `samples`, with DeepSpeed's train_loss for
+// the step loss.
+Status record_metrics(MetricsWriter& metrics,
+                      const std::vector<std::unique_ptr<tools::Monitor>>& monitors,
+                      const nlohmann::json& rec, int64_t samples);
 
 void signal_save_install();
 // Whether any rank got such a signal (collective: every rank calls it once per step, so all

@@ -493,16 +493,7 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
   targets_dev_ = targets.device() == dev ? targets : targets.to(dev, ctx_.stream);
   ctx_.mode = nn::Mode::kTrain;
   ctx_.targets = &targets_dev_;
-  // Kept on the device until the next forward: backward (and a checkpointed block's recompute)
-  // reads it through the context too.
-  if (attention_mask != nullptr) {
-    attention_mask_dev_ = attention_mask->device() == dev ? *attention_mask
-                                                          : attention_mask->to(dev, ctx_.stream);
-    ctx_.attention_mask = &attention_mask_dev_;
-  } else {
-    attention_mask_dev_ = Tensor();
-    ctx_.attention_mask = nullptr;
-  }
+  bind_attention_mask(attention_mask);
   // The gradient of this micro-batch's mean loss, scaled and averaged over the micro-steps (per
   // position at weight 1 for forward_token_losses: backward_weighted applies the weights).
   const double micro_steps_per_step = static_cast<double>(config_.gradient_accumulation_steps);
@@ -544,6 +535,20 @@ Result<float> Engine::forward(const Tensor& tokens, const Tensor& targets,
   for (double v : l) sum += v;
   have_forward_ = true;
   return counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
+}
+
+void Engine::bind_attention_mask(const Tensor* attention_mask) {
+  // Kept on the device until the next forward: backward (and a checkpointed block's recompute)
+  // reads it through the context too.
+  const Device dev = options_.device;
+  if (attention_mask != nullptr) {
+    attention_mask_dev_ = attention_mask->device() == dev ? *attention_mask
+                                                          : attention_mask->to(dev, ctx_.stream);
+    ctx_.attention_mask = &attention_mask_dev_;
+  } else {
+    attention_mask_dev_ = Tensor();
+    ctx_.attention_mask = nullptr;
+  }
 }
 
 Result<std::vector<double>> Engine::forward_token_losses(const Tensor& tokens,
@@ -595,14 +600,7 @@ Result<Tensor> Engine::forward_outputs(const Tensor& tokens, const Tensor* atten
   Tensor tok = tokens.device() == dev ? tokens : tokens.to(dev, ctx_.stream);
   ctx_.mode = nn::Mode::kTrain;
   ctx_.targets = nullptr;
-  if (attention_mask != nullptr) {
-    attention_mask_dev_ = attention_mask->device() == dev ? *attention_mask
-                                                          : attention_mask->to(dev, ctx_.stream);
-    ctx_.attention_mask = &attention_mask_dev_;
-  } else {
-    attention_mask_dev_ = Tensor();
-    ctx_.attention_mask = nullptr;
-  }
+  bind_attention_mask(attention_mask);
   ctx_.dropout_seed = dropout_seed(micro_steps_);
   timer_start("fwd_microstep", "fwd");
   Tensor out = model_.forward(ctx_, tok, zero_.get());

@@ -322,6 +322,8 @@ class Engine {
   // forward_token_losses: the head's gradient at weight 1 per position, and the losses it gave.
   bool per_token_ = false;
   std::vector<double> token_losses_;
+  // The micro-batch's attention mask on the device, in the context (none: cleared).
+  void bind_attention_mask(const Tensor* attention_mask);
   // The backward of the current micro-step: from the head's own loss gradient, or from `dout`.
   Status backward_pass(float loss, const Tensor& dout);
   std::optional<StepStats> last_step_;
