@@ -220,8 +220,8 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
 
   // Prompts: the tokenizer of the actor; each prompt's last --max-prompt-seq-len tokens. Rounds
   // take prompts of one length (the models run without padding masks), B per rank.
-  auto tok = model_tokenizer(a, *actor_choice, ac.vocab_size);
-  if (!tok) return fail(tok.status());
+  // The tokenizer is opened for the first text prompt (pre-tokenized records need none).
+  std::shared_ptr<const Tokenizer> tok;
   std::ifstream in(data_values[0]);
   if (!in) return fail(not_found("--data {}: cannot open it", data_values[0]));
   std::map<size_t, std::vector<std::vector<int32_t>>> by_length;
@@ -236,12 +236,31 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
     } catch (const std::exception& e) {
       return fail(invalid_argument("{} line {}: not JSON ({})", data_values[0], line_no, e.what()));
     }
-    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
-      return fail(invalid_argument("{} line {}: a step-3 record is {{\"prompt\": \"...\"}}",
-                                   data_values[0], line_no));
+    Result<std::vector<int32_t>> ids = std::vector<int32_t>{};
+    if (j.is_object() && j.contains("input_ids") && j["input_ids"].is_array()) {
+      for (const auto& v : j["input_ids"]) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= ac.vocab_size) {
+          return fail(invalid_argument("{} line {}: input_ids hold token ids below the actor's "
+                                       "vocabulary of {}",
+                                       data_values[0], line_no, ac.vocab_size));
+        }
+        ids->push_back(v.get<int32_t>());
+      }
+    } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
+      if (!tok) {
+        auto t = model_tokenizer(a, *actor_choice, ac.vocab_size);
+        if (!t) return fail(t.status());
+        tok = *t;
+      }
+      ids = tok->encode(j["prompt"].get<std::string>(), true);
+      if (!ids) {
+        return fail(ids.status().with_context(fmt::format("{} line {}", data_values[0], line_no)));
+      }
+    } else {
+      return fail(invalid_argument(
+          "{} line {}: a step-3 record is {{\"prompt\": \"...\"}} or {{\"input_ids\": [...]}}",
+          data_values[0], line_no));
     }
-    auto ids = (*tok)->encode(j["prompt"].get<std::string>(), true);
-    if (!ids) return fail(ids.status().with_context(fmt::format("{} line {}", data_values[0], line_no)));
     if (ids->empty()) continue;
     if (static_cast<int64_t>(ids->size()) > *max_prompt) {
       ids->erase(ids->begin(), ids->end() - *max_prompt);
@@ -307,6 +326,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                false);
     nlohmann::json r = {{"step", step + 1},
                         {"reward_mean", st->reward_mean},
+                        {"answer_len_mean", st->answer_len_mean},
                         {"kl", st->kl},
                         {"actor_loss", st->actor_loss},
                         {"critic_loss", st->critic_loss},

@@ -6,7 +6,9 @@
 # (to-fp32 of both checkpoints within 1e-4 of the largest weight, observed 9e-6 after 8 AdamW
 # steps; a step is lr = 1e-3, so a wrong average or a missed reduction is far outside: every
 # answer runs its full length, so the per-rank means average to the whole batch's); the flags DeepSpeed-Chat has that
-# step 3 does not run yet, and PPO flags without --task ppo, are refused by name.
+# step 3 does not run yet, and PPO flags without --task ppo, are refused by name; and answers that
+# end at the model's eos at different steps on 2 ranks at ZeRO 3 (pre-tokenized prompts) run
+# through (the ranks keep decoding together).
 # Usage: ppo.sh ZT_BINARY SOURCE_DIR
 set -u
 zt=$1
@@ -78,6 +80,39 @@ PY
   [ $same = 1 ] && ok "2 ranks at ZeRO 3 end with the one-process weights" || bad "2-rank weights differ (see above)"
 else
   bad "2-rank run: $(tail -3 "$tmp/err2")"
+fi
+
+# A model whose answers end at its eos (the llama fixture: eos_token_id 2) with pre-tokenized
+# prompts, on 2 ranks at ZeRO 3: rows finish at different steps on the two ranks, whose decode
+# steps must still pair up (every rank steps until the last row anywhere has finished).
+python3 - "$tmp" <<'PY'
+import json, random, sys
+random.seed(1)
+with open(f"{sys.argv[1]}/ids.jsonl", "w") as f:
+    for _ in range(64):
+        f.write(json.dumps({"input_ids": [random.randrange(3, 256) for _ in range(5)]}) + "\n")
+PY
+# One prompt a rank, and every parameter gathered for each forward (no persistent ones): a rank
+# that stopped at its row's eos would pair its next collective with the other rank's gather
+# (without the agreement this run dies in round 5).
+cat >"$tmp/ds1.json" <<'EOF2'
+{"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+ "zero_optimization": {"stage3_param_persistence_threshold": 0},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}}}
+EOF2
+llama=$2/tests/fixtures/hf/llama
+if timeout 300 "$zt" launch --num_procs 2 "$zt" train --config "$tmp/ds1.json" --task ppo \
+    --actor "$llama" --critic "$llama" --data "$tmp/ids.jsonl" --steps 6 --max-prompt-seq-len 8 \
+    --max-answer-seq-len 24 --device cpu --actor-zero-stage 3 --critic-zero-stage 3 \
+    --metrics-out "$tmp/m3.jsonl" >"$tmp/out3" 2>"$tmp/err3"; then
+  python3 - "$tmp/m3.jsonl" <<'PY' && ok "eos-ended answers on 2 ranks at ZeRO 3" || bad "eos-ended answers: metrics"
+import json, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+assert len(recs) == 6 and any(r["answer_len_mean"] < 24 for r in recs), recs
+print("answer lengths (rank 0):", [r["answer_len_mean"] for r in recs])
+PY
+else
+  bad "eos-ended answers on 2 ranks at ZeRO 3: $(tail -3 "$tmp/err3")"
 fi
 
 expect_error() {  # name, text, command...

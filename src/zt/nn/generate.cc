@@ -131,7 +131,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
       }
       all_done = all_done && done[b];
     }
-    if (all_done) break;
+    if (options.everyone_done ? options.everyone_done(all_done) : all_done) break;
   }
   return out;
 }

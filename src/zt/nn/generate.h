@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "zt/nn/model.h"
@@ -26,6 +27,12 @@ struct GenerateOptions {
   int num_layers = 0;     // attention layers (the cache's size); 0: no cache possible
   std::vector<int32_t> eos_token_ids{};  // a row ends after emitting one of them (none: never)
   KvCacheUse cache = KvCacheUse::kOn;
+  // A model sharded over ranks (ZeRO-3) makes every decode step collective: all ranks must run
+  // as many as the slowest, though their rows finish at different steps (DeepSpeed's
+  // synced_gpus). When set, it is called after each step with whether every row of this rank
+  // has finished, and generation stops when it returns true (an all-reduce over the ranks);
+  // unset, a rank stops as soon as its own rows have.
+  std::function<bool(bool local_done)> everyone_done{};
 };
 
 // Where the time went (wall clock; every step ends with its logits on the host, so no device

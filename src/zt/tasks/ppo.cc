@@ -100,10 +100,23 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   g.max_seq_len = static_cast<int>(ac.max_positions);
   g.num_layers = ac.n_layer;
   g.seed = o_.generation.seed + static_cast<uint64_t>(rounds_) * 1000003ULL;
+  Status sync = Status::ok();
+  if (m_.actor_engine.world_size() > 1) {
+    // Every rank decodes until the last rank's rows have finished (the actor's forwards are
+    // collective under ZeRO-3; a rank whose rows ended early keeps stepping them, discarding).
+    // A failed agreement stops generation and is the round's error.
+    Engine& engine = m_.actor_engine;
+    g.everyone_done = [&engine, &sync](bool local_done) {
+      std::vector<double> not_done{local_done ? 0.0 : 1.0};
+      sync = engine.all_reduce_job(not_done, ReduceOp::kMax);
+      return !sync.is_ok() || not_done[0] == 0.0;
+    };
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<std::vector<int32_t>> answers = nn::generate_batch(
       m_.actor, m_.actor_engine.eval_context(), prompts, g, m_.actor_engine.hooks());
   e.generate_s = seconds_since(t0);
+  ZT_RETURN_IF_ERROR(sync.with_context("generation"));
 
   // seq = prompt + answer + padding; the mask of real tokens, shifted: the action mask.
   e.seq = Tensor::empty({B, T}, DType::i32);
@@ -239,6 +252,7 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(const PpoExperience& e) {
   }
   st.train_s = seconds_since(t0);
   st.generate_s = e.generate_s;
+  st.answer_len_mean = static_cast<double>(e.generated_tokens) / static_cast<double>(B);
   st.generate_tokens_per_s = e.generate_s > 0 ? e.generated_tokens / e.generate_s : 0;
   st.train_tokens_per_s =
       st.train_s > 0 ? 2.0 * o_.ppo_epochs * static_cast<double>(B * T) / st.train_s : 0;

@@ -82,6 +82,7 @@ struct PpoExperience {
 
 struct PpoRoundStats {
   double reward_mean = 0;      // the scores' mean
+  double answer_len_mean = 0;  // generated tokens per row
   double kl = 0;               // mean over answer positions of log p_actor - log p_ref
   double actor_loss = 0, critic_loss = 0;  // over the PPO epochs' steps
   double generate_s = 0, train_s = 0;
