@@ -27,6 +27,7 @@
 #include "zt/core/file_io.h"
 #include "zt/core/log.h"
 #include "zt/runtime/inference.h"
+#include "zt/tasks/lora.h"
 #include "zt/tasks/ppo.h"
 #include "zt/tasks/reward.h"
 
@@ -35,7 +36,6 @@ namespace {
 
 // DeepSpeed-Chat flags that ZeroTrain does not run yet, each refused by name.
 constexpr const char* kNotYet[] = {"--enable-ema", "--unsupervised-dataset", "--unsup-coef",
-                                   "--offload-reference-model", "--actor-lora-dim",
                                    "--enable-hybrid-engine", "--inference-tp-size"};
 // Flags of other tasks that mean nothing here.
 constexpr const char* kOtherTasks[] = {
@@ -197,6 +197,20 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   if (!reward_model) return fail(reward_model.status().with_context("--critic"));
   nn::Transformer& actor = *actor_choice->model;
   const nn::TransformerConfig& ac = actor.transformer_config();
+  // LoRA on the actor (DeepSpeed-Chat's --actor_lora_dim, with --only-optimize-lora and
+  // --lora-alpha, its lora_scaling); the reference stays the plain model.
+  if (auto r = a.get("--actor-lora-dim")) {
+    auto rank_r = parse_int("--actor-lora-dim", *r, 1);
+    if (!rank_r) return fail(rank_r.status());
+    tasks::LoraOptions lo{.r = static_cast<int>(*rank_r), .only_optimize = a.has("--only-optimize-lora")};
+    auto alpha = number_flag(a, "--lora-alpha", lo.alpha);
+    if (!alpha) return fail(alpha.status());
+    lo.alpha = static_cast<float>(*alpha);
+    if (Status s = tasks::lora_apply(actor, lo); !s.is_ok()) return fail(s.with_context("--actor-lora-dim"));
+  } else if (a.has("--only-optimize-lora") || a.has("--lora-alpha")) {
+    return fail(invalid_argument("--only-optimize-lora and --lora-alpha need --actor-lora-dim R "
+                                 "with --task ppo"));
+  }
   if ((*critic)->transformer_config().vocab_size < ac.vocab_size) {
     return fail(invalid_argument("the critic's vocabulary ({}) is smaller than the actor's ({}): "
                                  "step 2's reward model reads the actor's tokens",
@@ -213,7 +227,11 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   auto critic_e = initialize(**critic, *critic_cfg, eo);
   if (!critic_e) return fail(critic_e.status().with_context("critic"));
   const DType dt = actor_cfg->compute_dtype();
-  auto ref_w = InferenceWeights::bind(*ref_choice->model, device, dt, static_cast<uint64_t>(*seed));
+  // --offload-reference-model: the reference lives and runs on the host (f32), its log-probs
+  // copied over; the GPU holds none of it.
+  const bool ref_on_host = a.has("--offload-reference-model");
+  auto ref_w = InferenceWeights::bind(*ref_choice->model, ref_on_host ? Device::cpu() : device,
+                                      ref_on_host ? DType::f32 : dt, static_cast<uint64_t>(*seed));
   if (!ref_w) return fail(ref_w.status().with_context("reference"));
   auto rm_w = InferenceWeights::bind(**reward_model, device, dt, static_cast<uint64_t>(*seed));
   if (!rm_w) return fail(rm_w.status().with_context("reward model"));

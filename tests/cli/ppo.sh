@@ -115,6 +115,15 @@ else
   bad "eos-ended answers on 2 ranks at ZeRO 3: $(tail -3 "$tmp/err3")"
 fi
 
+# LoRA on the actor (only the adapters trained) with the reference on the host.
+if "$zt" train --config "$tmp/ds8.json" "${common[@]}" --steps 2 --actor-lora-dim 4 \
+    --only-optimize-lora --offload-reference-model --metrics-out "$tmp/m4.jsonl" \
+    >"$tmp/out4" 2>"$tmp/err4" && grep -q "parameters, [0-9]* trained (" "$tmp/err4" && [ "$(wc -l <"$tmp/m4.jsonl")" = 2 ]; then
+  ok "--actor-lora-dim with --only-optimize-lora and --offload-reference-model"
+else
+  bad "LoRA actor: $(tail -3 "$tmp/err4")"
+fi
+
 expect_error() {  # name, text, command...
   local name=$1 want=$2; shift 2
   if "$@" >"$tmp/o" 2>"$tmp/e"; then bad "$name: succeeded"; return; fi
