@@ -26,6 +26,8 @@
 #include "zt/comm/env.h"
 #include "zt/core/file_io.h"
 #include "zt/core/log.h"
+#include "zt/data/batch_sampler.h"
+#include "zt/data/token_file.h"
 #include "zt/runtime/inference.h"
 #include "zt/tasks/lora.h"
 #include "zt/tasks/ppo.h"
@@ -35,8 +37,8 @@ namespace zt::cli {
 namespace {
 
 // DeepSpeed-Chat flags that ZeroTrain does not run yet, each refused by name.
-constexpr const char* kNotYet[] = {"--enable-ema", "--unsupervised-dataset", "--unsup-coef",
-                                   "--enable-hybrid-engine", "--inference-tp-size"};
+constexpr const char* kNotYet[] = {"--enable-ema", "--enable-hybrid-engine",
+                                   "--inference-tp-size"};
 // Flags of other tasks that mean nothing here.
 constexpr const char* kOtherTasks[] = {
     "--model", "--seq-len", "--eval-data", "--train-on-prompt", "--pack", "--lora-dim",
@@ -310,6 +312,32 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                 *critic_name, critic_cfg->zero.stage, *max_answer, *ppo_epochs);
   }
 
+  // The unsupervised mix: windows of max_prompt + max_answer tokens of a token file, each PPO
+  // epoch one actor step on coef x their language-model loss.
+  std::optional<BatchSampler> unsup;
+  if (auto f = a.get("--unsupervised-dataset")) {
+    auto file = TokenFile::open(*f);
+    if (!file) return fail(file.status().with_context("--unsupervised-dataset"));
+    auto sampler = BatchSampler::create(std::make_shared<const TokenFile>(std::move(file).value()),
+                                        {.batch_size = B,
+                                         .seq_len = *max_prompt + *max_answer,
+                                         .order = SampleOrder::kRandom,
+                                         .seed = static_cast<uint64_t>(*seed),
+                                         .rank = rank,
+                                         .world_size = world,
+                                         .vocab_size = ac.vocab_size});
+    if (!sampler) return fail(sampler.status().with_context("--unsupervised-dataset"));
+    unsup.emplace(std::move(sampler).value());
+    auto coef = number_flag(a, "--unsup-coef", po.unsup_coef);
+    if (!coef) return fail(coef.status());
+    po.unsup_coef = *coef;
+    po.unsup_next = [&unsup]() -> Result<std::pair<Tensor, Tensor>> {
+      ZT_ASSIGN_OR_RETURN(Batch b, unsup->next());
+      return std::make_pair(b.tokens, b.targets);
+    };
+  } else if (a.has("--unsup-coef")) {
+    return fail(invalid_argument("--unsup-coef needs --unsupervised-dataset FILE (a token file)"));
+  }
   po.generation.sampling = nn::Sampling::kGreedy;  // DeepSpeed-Chat generates greedily
   po.generation.seed = static_cast<uint64_t>(*seed);
   if (auto eos = model_eos_id(actor_choice->source_dir)) {
@@ -348,6 +376,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                         {"kl", st->kl},
                         {"actor_loss", st->actor_loss},
                         {"critic_loss", st->critic_loss},
+                        {"unsup_loss", st->unsup_loss},
                         {"generate_s", st->generate_s},
                         {"train_s", st->train_s},
                         {"generate_tokens_per_s", st->generate_tokens_per_s},

@@ -124,6 +124,25 @@ else
   bad "LoRA actor: $(tail -3 "$tmp/err4")"
 fi
 
+# The unsupervised mix: a token file (nanoGPT's raw uint16) whose language-model loss trains the
+# actor too.
+python3 -c "
+import array, random, sys
+random.seed(2)
+array.array('H', [random.randrange(257) for _ in range(20000)]).tofile(open(sys.argv[1], 'wb'))
+" "$tmp/unsup.bin"
+if "$zt" train --config "$tmp/ds8.json" "${common[@]}" --steps 2 --unsupervised-dataset \
+    "$tmp/unsup.bin" --unsup-coef 2.0 --metrics-out "$tmp/m5.jsonl" >"$tmp/out5" 2>"$tmp/err5" &&
+    python3 -c "
+import json, math, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert len(r) == 2 and all(5.0 < x['unsup_loss'] < 6.0 for x in r), r
+" "$tmp/m5.jsonl"; then
+  ok "--unsupervised-dataset: the LM loss of random bytes, about ln 257 = 5.55"
+else
+  bad "--unsupervised-dataset: $(tail -3 "$tmp/err5")"
+fi
+
 expect_error() {  # name, text, command...
   local name=$1 want=$2; shift 2
   if "$@" >"$tmp/o" 2>"$tmp/e"; then bad "$name: succeeded"; return; fi

@@ -49,6 +49,28 @@ RewardFn reward_model_scores(FrozenModel rm) {
   };
 }
 
+Result<double> scaled_lm_step(Engine& engine, const Tensor& tokens, const Tensor& targets,
+                              double coef) {
+  ZT_ASSIGN_OR_RETURN(std::vector<double> losses, engine.forward_token_losses(tokens, targets));
+  const int32_t* tg = targets.data<int32_t>();
+  int64_t counted = 0;
+  double sum = 0;
+  for (int64_t i = 0; i < targets.numel(); ++i) {
+    if (tg[i] == kIgnoreTarget) continue;
+    ++counted;
+    sum += losses[static_cast<size_t>(i)];
+  }
+  // d (coef * mean) / d loss_i = coef / counted at the counted positions.
+  std::vector<float> w(losses.size(), 0.0f);
+  for (int64_t i = 0; i < targets.numel(); ++i) {
+    if (tg[i] != kIgnoreTarget) w[static_cast<size_t>(i)] = static_cast<float>(coef / static_cast<double>(counted));
+  }
+  const double mean = counted > 0 ? sum / static_cast<double>(counted) : 0.0;
+  ZT_RETURN_IF_ERROR(engine.backward_weighted(w, static_cast<float>(mean)));
+  ZT_RETURN_IF_ERROR(engine.step());
+  return mean;
+}
+
 PpoTrainer::PpoTrainer(PpoModels models, PpoOptions options)
     : m_(std::move(models)), o_(std::move(options)) {}
 
@@ -249,6 +271,14 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(const PpoExperience& e) {
     ZT_RETURN_IF_ERROR(m_.critic_engine.step());
     st.actor_loss += actor_loss / o_.ppo_epochs;
     st.critic_loss += critic_loss / o_.ppo_epochs;
+    if (o_.unsup_next) {
+      // The actor on a language-model batch: its mean loss over the counted targets, times
+      // unsup_coef (DeepSpeed-Chat's actor_model.backward(unsup_coef * loss)).
+      ZT_ASSIGN_OR_RETURN(auto batch, o_.unsup_next());
+      ZT_ASSIGN_OR_RETURN(const double mean,
+                          scaled_lm_step(m_.actor_engine, batch.first, batch.second, o_.unsup_coef));
+      st.unsup_loss += mean / o_.ppo_epochs;
+    }
   }
   st.train_s = seconds_since(t0);
   st.generate_s = e.generate_s;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "zt/core/status.h"
@@ -39,6 +40,11 @@ struct PpoOptions {
   // Generation: sampling, temperature, top-k/p, eos ids, seed (advanced per round); vocab_size,
   // max_seq_len and num_layers are filled from the actor.
   nn::GenerateOptions generation{};
+  // DeepSpeed-Chat's unsupervised mix (--unsupervised-dataset, --unsup-coef): when set, each PPO
+  // epoch also takes one actor step on the language-model loss of the next batch it gives
+  // (tokens and next-token targets, (B,T) i32, -100 not counted), that loss times unsup_coef.
+  std::function<Result<std::pair<Tensor, Tensor>>()> unsup_next{};
+  double unsup_coef = 27.8;
 };
 
 // The reward of each row: B scores from the finished rows (prompt + answer, right-padded) and
@@ -85,9 +91,15 @@ struct PpoRoundStats {
   double answer_len_mean = 0;  // generated tokens per row
   double kl = 0;               // mean over answer positions of log p_actor - log p_ref
   double actor_loss = 0, critic_loss = 0;  // over the PPO epochs' steps
+  double unsup_loss = 0;                    // the unsupervised batches' mean loss (unscaled)
   double generate_s = 0, train_s = 0;
   double generate_tokens_per_s = 0, train_tokens_per_s = 0;
 };
+
+// One actor step on a language-model batch whose mean loss (over the targets that count: not
+// -100) is scaled by `coef`: DeepSpeed-Chat's train_unsupervised. Returns the unscaled mean.
+Result<double> scaled_lm_step(Engine& engine, const Tensor& tokens, const Tensor& targets,
+                              double coef);
 
 class PpoTrainer {
  public:

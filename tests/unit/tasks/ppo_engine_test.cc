@@ -14,11 +14,13 @@
 #include <random>
 #include <vector>
 
+#include "common/engine_runs.h"
 #include "common/test_util.h"
 #include "zt/nn/models/registry.h"
 #include "zt/nn/models/transformer.h"
 #include "zt/runtime/config.h"
 #include "zt/runtime/engine.h"
+#include "zt/tasks/ppo.h"
 #include "zt/tasks/ppo_math.h"
 #include "zt/tasks/reward.h"
 
@@ -181,6 +183,42 @@ TEST(PpoEngine, CriticStepFollowsTheValueLossGradient) {
     const double predicted = kCriticEta * gn * gn;
     EXPECT_NEAR((before - after) / predicted, 1.0, 0.05)
         << "loss " << before << " -> " << after << ", predicted fall " << predicted;
+  }
+}
+
+// DeepSpeed-Chat's unsupervised mix: a step on coef x the mean language-model loss is, under
+// plain SGD, the ordinary training step at coef x the learning rate - the same weights.
+TEST(PpoEngine, ScaledLmStepIsTheOrdinaryStepAtScaledRate) {
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE(fmt::format("stage {}", stage));
+    auto mc = nn::model_config_named("llama-tiny");
+    ASSERT_TRUE(mc.is_ok());
+    nn::Transformer a(*mc), b(*mc);
+    const double coef = 2.5;
+    auto ea = make_engine(a, stage, 1, kEta);
+    auto eb = make_engine(b, stage, 1, kEta * coef);
+    const Rollout r = rollout(70);  // some targets -100: the mean counts the others
+    auto mean = scaled_lm_step(*ea, r.tokens, r.targets, coef);
+    ASSERT_TRUE(mean.is_ok()) << mean.status().message();
+    auto loss = eb->forward(r.tokens, r.targets);
+    ASSERT_TRUE(loss.is_ok());
+    EXPECT_NEAR(*mean, *loss, 1e-5 * *loss);
+    ASSERT_TRUE(eb->backward(*loss).is_ok());
+    ASSERT_TRUE(eb->step().is_ok());
+    const std::vector<double> wa = testing::master_flat(*ea), wb = testing::master_flat(*eb);
+    ASSERT_EQ(wa.size(), wb.size());
+    double worst = 0, moved = 0;
+    const std::vector<double> w0 = [&] {
+      nn::Transformer m0(*mc);
+      auto e0 = make_engine(m0, stage, 1);
+      return testing::master_flat(*e0);
+    }();
+    for (size_t i = 0; i < wa.size(); ++i) {
+      worst = std::max(worst, std::fabs(wa[i] - wb[i]));
+      moved = std::max(moved, std::fabs(wb[i] - w0[i]));
+    }
+    EXPECT_GT(moved, 1e-4);  // the step did something
+    EXPECT_LT(worst, 1e-3 * moved) << "largest move " << moved;
   }
 }
 
