@@ -24,7 +24,8 @@
 # and on all cores; work files go to ZT_TOK_DIR (default /tmp/zt_tok_bench, reused when there).
 # Section `vision` trains AlexNet on CIFAR-10's binary format (GPU against the CPU, bf16 next to
 # PyTorch) and writes the PyTorch fixture of tests/fixtures/vision.
-# Section `rlhf` runs zt train --task ppo on the GPU against the CPU and in bf16 at ZeRO 0 and 3.
+# Section `rlhf` runs zt train --task ppo on the GPU against the CPU and in bf16 at ZeRO 0 and 3;
+# section `rlhf_bench` (not in the default list) times a Llama 1B PPO round next to PyTorch.
 # ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
@@ -1072,6 +1073,49 @@ for st in (0, 3):
 RPY
 fi
 
+if on rlhf_bench; then
+# One PPO round of a Llama-shaped actor and critic (ZT_RLHF_MODEL, default llama-1b; 16 prompts of
+# 64 tokens, 64-token answers, bf16, AdamW) by zt train --task ppo next to the same round in
+# PyTorch + transformers (bench/ppo_torch.py): the median round's wall time and generation speed.
+rm_=${ZT_RLHF_MODEL:-llama-1b}
+rd=${ZT_RLHF_DIR:-/tmp/zt_rlhf}
+mkdir -p "$rd"
+echo "== rlhf_bench: $rm_ PPO round, zt train --task ppo next to PyTorch + transformers"
+python3 - "$rd" <<'RPY'
+import json, random, sys
+random.seed(0)
+with open(f"{sys.argv[1]}/ids64.jsonl", "w") as f:
+    for _ in range(512):
+        f.write(json.dumps({"input_ids": [random.randrange(3, 32000) for _ in range(64)]}) + "\n")
+RPY
+cat >"$rd/bench.json" <<JSON
+{"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+ "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+JSON
+"$bin"/zt train --config "$rd/bench.json" --task ppo --actor "$rm_" --critic "$rm_" \
+  --data "$rd/ids64.jsonl" --max-prompt-seq-len 64 --max-answer-seq-len 64 --critic-lr 5e-6 \
+  --steps 6 --device cuda --metrics-out "$out/rlhf_bench_zt.jsonl" >"$out/rlhf_bench_zt.log" 2>&1 ||
+  tail -5 "$out/rlhf_bench_zt.log"
+python3 bench/ppo_torch.py --model "$rm_" --batch 16 --prompt 64 --answer 64 --rounds 5 \
+  >"$out/rlhf_bench_torch.jsonl" 2>"$out/rlhf_bench_torch.log" || tail -5 "$out/rlhf_bench_torch.log"
+python3 - "$out" <<'RPY' | tee "$out/rlhf_bench.txt"
+import json, statistics, sys
+out = sys.argv[1]
+try:
+    z = [json.loads(l) for l in open(f"{out}/rlhf_bench_zt.jsonl") if l.strip()][1:]
+    t = json.loads(open(f"{out}/rlhf_bench_torch.jsonl").read())
+except Exception as e:
+    print(f"rlhf_bench: missing results ({e}) FAIL")
+    sys.exit(0)
+zr = statistics.median(r["round_s"] for r in z)
+zg = statistics.median(r["generate_tokens_per_s"] for r in z)
+print(f"rlhf_bench: PPO round, 16 x (64 + 64) tokens: zerotrain {zr:.3f} s (generation {zg:.0f} "
+      f"tokens/s), torch + transformers {t['round_s']:.3f} s (generation "
+      f"{t['generate_tokens_per_s']:.0f} tokens/s, peak {t['peak_mem_bytes'] / 2**30:.1f} GiB): "
+      f"round {t['round_s'] / zr:.2f}x, generation {zg / t['generate_tokens_per_s']:.2f}x")
+RPY
+fi
+
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" "$export_rc" <<'PY'
 import json, sys
@@ -1093,7 +1137,7 @@ if gpu_rc == -1:
 print(f"GPU tests: {tests}{'' if gpu_rc == -1 else f' ({ran(gpu_rc)})'};  "
       f"zt train gpt2 bf16: {ran(train_rc)};  "
       f"export to transformers: {ran(export_rc)}")
-for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt", "rlhf.txt"):  # one line per check, ending ok or FAIL
+for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt", "rlhf.txt", "rlhf_bench.txt"):  # one line per check, ending ok or FAIL
     try:
         for line in open(f"{out}/{name}"):
             print(line.rstrip())

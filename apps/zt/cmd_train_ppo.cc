@@ -363,7 +363,10 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   for (int64_t step = 0; step < *steps; ++step) {
     const auto& all = batches[static_cast<size_t>(step) % batches.size()];
     std::vector<std::vector<int32_t>> mine(all.begin() + rank * B, all.begin() + (rank + 1) * B);
+    const auto t0 = std::chrono::steady_clock::now();
     auto st = trainer.round(mine);
+    const double round_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!st) {
       bar.finish();
       return fail(st.status());
@@ -377,6 +380,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                         {"actor_loss", st->actor_loss},
                         {"critic_loss", st->critic_loss},
                         {"unsup_loss", st->unsup_loss},
+                        {"round_s", round_s},
                         {"generate_s", st->generate_s},
                         {"train_s", st->train_s},
                         {"generate_tokens_per_s", st->generate_tokens_per_s},
