@@ -359,6 +359,14 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   if (auto m = a.get("--metrics-out"); m && rank == 0) {
     if (Status s = metrics.open(*m); !s.is_ok()) return fail(s);
   }
+  // The config's monitors (TensorBoard, CSV), rank 0: every number of a round's record against
+  // the prompts answered so far.
+  std::vector<std::unique_ptr<tools::Monitor>> monitors;
+  if (rank == 0) {
+    auto m = tools::monitors_from_config(actor_cfg->blocks);
+    if (!m) return fail(m.status());
+    monitors = std::move(m).value();
+  }
   ProgressBar bar(*steps, rank == 0, "tok/s");
   for (int64_t step = 0; step < *steps; ++step) {
     const auto& all = batches[static_cast<size_t>(step) % batches.size()];
@@ -385,7 +393,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                         {"train_s", st->train_s},
                         {"generate_tokens_per_s", st->generate_tokens_per_s},
                         {"train_tokens_per_s", st->train_tokens_per_s}};
-    if (Status s = metrics.write(r); !s.is_ok()) {
+    if (Status s = record_metrics(metrics, monitors, r, (step + 1) * B * world); !s.is_ok()) {
       bar.finish();
       return fail(s);
     }

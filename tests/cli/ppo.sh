@@ -115,6 +115,20 @@ else
   bad "eos-ended answers on 2 ranks at ZeRO 3: $(tail -3 "$tmp/err3")"
 fi
 
+# The config's monitors: a CSV per number of the round's record.
+cat >"$tmp/ds_csv.json" <<EOF2
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+ "csv_monitor": {"enabled": true, "output_path": "$tmp/csv", "job_name": "ppo"}}
+EOF2
+if "$zt" train --config "$tmp/ds_csv.json" "${common[@]}" --steps 2 >"$tmp/out6" 2>"$tmp/err6" &&
+    [ "$(wc -l <"$tmp/csv/ppo/Train_Samples_reward_mean.csv")" = 3 ] &&
+    [ -s "$tmp/csv/ppo/Train_Samples_kl.csv" ]; then
+  ok "csv_monitor: reward_mean and kl per round"
+else
+  bad "csv_monitor: $(ls "$tmp/csv/ppo" 2>&1 | head -3) $(tail -2 "$tmp/err6")"
+fi
+
 # LoRA on the actor (only the adapters trained) with the reference on the host.
 if "$zt" train --config "$tmp/ds8.json" "${common[@]}" --steps 2 --actor-lora-dim 4 \
     --only-optimize-lora --offload-reference-model --metrics-out "$tmp/m4.jsonl" \

@@ -10,6 +10,8 @@
 
 #include <random>
 
+#include "common/engine_runs.h"
+#include "common/test_util.h"
 #include "zt/nn/models/registry.h"
 #include "zt/runtime/config.h"
 #include "zt/tasks/ppo.h"
@@ -102,6 +104,31 @@ TEST(PpoTrainer, ExperienceHasTheLayoutOfDeepSpeedChat) {
   // The reference is the actor's start: the same log-probs, KL 0.
   EXPECT_EQ(e->log_probs, e->ref_log_probs);
   for (float lp : e->log_probs) EXPECT_LT(lp, 0.0f);
+}
+
+// Generation leaves nothing behind: an actor step after a round's generation (the KV cache,
+// ZeRO-3's gathers for every decode step) gives the same weights, bit for bit, as the same step
+// without it.
+TEST(PpoTrainer, TrainingAfterGenerationEqualsTrainingWithout) {
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE(fmt::format("stage {}", stage));
+    std::vector<std::vector<double>> weights;
+    for (const bool generate_first : {true, false}) {
+      PpoSetup s(stage);
+      std::mt19937 g(9);
+      const auto prompts = random_prompts(g);
+      if (generate_first) {
+        auto e = s.trainer->generate_experience(prompts);
+        ASSERT_TRUE(e.is_ok()) << e.status().message();
+      }
+      Tensor tokens = testing::random_ints({kRows, kPromptLen + kAnswerLen}, kVocab, 21);
+      Tensor targets = testing::random_ints({kRows, kPromptLen + kAnswerLen}, kVocab, 22);
+      auto mean = scaled_lm_step(*s.actor_e, tokens, targets, 1.0);
+      ASSERT_TRUE(mean.is_ok()) << mean.status().message();
+      weights.push_back(testing::master_flat(*s.actor_e));
+    }
+    EXPECT_EQ(weights[0], weights[1]);
+  }
 }
 
 TEST(PpoTrainer, TinyActorLearnsTheRewardedProperty) {
