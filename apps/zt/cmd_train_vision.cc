@@ -250,16 +250,12 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
   Engine& engine = pipeline ? pipeline->engine() : *single_engine;
 
   // Checkpoints.
-  const std::optional<std::string> save_dir = a.get("--save");
-  auto save_interval = int_flag("--save-interval", 0, 1);
-  if (!save_interval) return fail(save_interval.status());
-  auto keep_last = int_flag("--keep-last", 0, 1);
-  if (!keep_last) return fail(keep_last.status());
-  const bool save_on_signal = a.has("--save-on-signal");
-  if (!save_dir && (a.has("--save-interval") || a.has("--keep-last") || save_on_signal)) {
-    return fail(invalid_argument(
-        "--save-interval, --keep-last and --save-on-signal need --save DIR (where to save)"));
-  }
+  auto sf = save_flags(a);
+  if (!sf) return fail(sf.status());
+  const std::optional<std::string> save_dir = sf->dir;
+  const int64_t* save_interval = &sf->interval;
+  const int64_t* keep_last = &sf->keep_last;
+  const bool save_on_signal = sf->on_signal;
   auto load_options = load_flags(a);
   if (!load_options) return fail(load_options.status());
   auto write_policy = write_error_policy(a.get("--on-write-error").value_or("fail"));

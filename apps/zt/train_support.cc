@@ -134,6 +134,24 @@ Result<Device> train_device(const ParsedArgs& a, int local_rank) {
   return device;
 }
 
+Result<SaveFlags> save_flags(const ParsedArgs& a) {
+  SaveFlags f{.dir = a.get("--save"),
+              .on_signal = a.has("--save-on-signal"),
+              .async = a.has("--save-async")};
+  if (auto v = a.get("--save-interval")) {
+    ZT_ASSIGN_OR_RETURN(f.interval, parse_int("--save-interval", *v, 1));
+  }
+  if (auto v = a.get("--keep-last")) {
+    ZT_ASSIGN_OR_RETURN(f.keep_last, parse_int("--keep-last", *v, 1));
+  }
+  if (!f.dir && (a.has("--save-interval") || a.has("--keep-last") || f.on_signal || f.async)) {
+    return invalid_argument(
+        "--save-interval, --keep-last, --save-async and --save-on-signal need --save DIR (where "
+        "to save)");
+  }
+  return f;
+}
+
 Result<CheckpointLoadOptions> load_flags(const ParsedArgs& a) {
   if (!a.get("--load") && (a.has("--load-tag") || a.has("--load-module-only") ||
                            a.has("--no-load-optimizer-states") ||

@@ -57,6 +57,17 @@ Status checkpoint_flags(const ParsedArgs& a, EngineOptions& options);
 // ("cuda" meaning the local rank's GPU); checked to exist.
 Result<Device> train_device(const ParsedArgs& a, int local_rank);
 
+// --save and what goes with it: where, every how many steps, how many tags to keep, on SIGTERM
+// / SIGUSR1, in the background. Errors: bad numbers, and the others without --save.
+struct SaveFlags {
+  std::optional<std::string> dir;
+  int64_t interval = 0;   // 0: only at the end
+  int64_t keep_last = 0;  // 0: keep every tag
+  bool on_signal = false;
+  bool async = false;
+};
+Result<SaveFlags> save_flags(const ParsedArgs& a);
+
 // --load's options (--load-tag, --load-module-only, --no-load-*), or an error when those are
 // given without --load.
 Result<CheckpointLoadOptions> load_flags(const ParsedArgs& a);
