@@ -800,8 +800,7 @@ int cmd_train(const Args& raw_args) {
   auto sf = save_flags(a);
   if (!sf) return fail(sf.status());
   const std::optional<std::string> save_dir = sf->dir;
-  const int64_t* save_interval = &sf->interval;
-  const int64_t* keep_last = &sf->keep_last;
+  const int64_t save_interval = sf->interval, keep_last = sf->keep_last;
   const bool save_on_signal = sf->on_signal;
   const bool save_async = sf->async;
   auto load_options = load_flags(a);
@@ -880,11 +879,11 @@ int cmd_train(const Args& raw_args) {
     saved_at = engine.global_steps();
     if (save_async) {
       return engine.save_checkpoint_async(*save_dir, "", client_state,
-                                          static_cast<int>(*keep_last));
+                                          static_cast<int>(keep_last));
     }
     ZT_RETURN_IF_ERROR(engine.save_checkpoint(*save_dir, "", client_state));
-    if (*keep_last > 0 && rank == 0) {
-      return ckpt::tags_prune(*save_dir, static_cast<int>(*keep_last));
+    if (keep_last > 0 && rank == 0) {
+      return ckpt::tags_prune(*save_dir, static_cast<int>(keep_last));
     }
     return Status::ok();
   };
@@ -1043,7 +1042,7 @@ int cmd_train(const Args& raw_args) {
         return fail(s);
       }
     }
-    if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
+    if (save_dir && save_interval > 0 && st.step % save_interval == 0 && st.step < *steps) {
       if (Status s = save(); !s.is_ok()) {
         bar.finish();
         return fail(s);

@@ -253,8 +253,7 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
   auto sf = save_flags(a);
   if (!sf) return fail(sf.status());
   const std::optional<std::string> save_dir = sf->dir;
-  const int64_t* save_interval = &sf->interval;
-  const int64_t* keep_last = &sf->keep_last;
+  const int64_t save_interval = sf->interval, keep_last = sf->keep_last;
   const bool save_on_signal = sf->on_signal;
   auto load_options = load_flags(a);
   if (!load_options) return fail(load_options.status());
@@ -309,7 +308,7 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
   auto save = [&]() -> Status {
     saved_at = engine.global_steps();
     ZT_RETURN_IF_ERROR(engine.save_checkpoint(*save_dir, "", client_state));
-    if (*keep_last > 0 && rank == 0) return ckpt::tags_prune(*save_dir, static_cast<int>(*keep_last));
+    if (keep_last > 0 && rank == 0) return ckpt::tags_prune(*save_dir, static_cast<int>(keep_last));
     return Status::ok();
   };
   if (rank == 0) {
@@ -377,7 +376,7 @@ int cmd_train_vision(const ParsedArgs& a, const std::vector<std::string>& data_v
         return stop(s);
       }
     }
-    if (save_dir && *save_interval > 0 && st.step % *save_interval == 0 && st.step < *steps) {
+    if (save_dir && save_interval > 0 && st.step % save_interval == 0 && st.step < *steps) {
       if (Status s = save(); !s.is_ok()) return stop(s);
     }
     if (save_on_signal) {

@@ -167,10 +167,10 @@ Result<PpoExperience> PpoTrainer::generate_experience(
       e.action_mask[static_cast<size_t>(b * L + i)] = real[static_cast<size_t>(b * T + i + 1)];
     }
   }
-  const Tensor targets = next_token_targets(e.seq);
+  e.targets = next_token_targets(e.seq);
   e.log_probs = log_probs(m_.actor, m_.actor_engine.eval_context(), m_.actor_engine.hooks(), e.seq,
-                          targets);
-  e.ref_log_probs = log_probs(m_.ref.model, m_.ref.context, m_.ref.hooks, e.seq, targets);
+                          e.targets);
+  e.ref_log_probs = log_probs(m_.ref.model, m_.ref.context, m_.ref.hooks, e.seq, e.targets);
   {
     nn::Context ctx = m_.critic_engine.eval_context();
     const std::vector<double> v =
@@ -216,14 +216,12 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(const PpoExperience& e) {
   const std::vector<float> old_lp = ppo::columns_from(e.log_probs, B, L, start);
   const std::vector<float> old_v = ppo::columns_from(old_values, B, L, start);
   const std::vector<float> mask = ppo::columns_from(e.action_mask, B, L, start);
-  const Tensor targets = next_token_targets(e.seq);
-
   const auto t0 = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < o_.ppo_epochs; ++epoch) {
     // The actor: the clipped policy loss over the answer columns, through the head's per-token
     // cross-entropy (-log p) weighted by -d loss / d log p.
     ZT_ASSIGN_OR_RETURN(std::vector<double> losses,
-                        m_.actor_engine.forward_token_losses(e.seq, targets));
+                        m_.actor_engine.forward_token_losses(e.seq, e.targets));
     std::vector<float> lp(static_cast<size_t>(B * n));
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t j = 0; j < n; ++j) {

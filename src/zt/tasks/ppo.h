@@ -77,7 +77,8 @@ struct PpoModels {
 
 // One round's experience; per-position arrays are (B, L), L = T - 1, start = prompt_len - 1.
 struct PpoExperience {
-  Tensor seq;  // (B, T) i32, host
+  Tensor seq;      // (B, T) i32, host
+  Tensor targets;  // (B, T) i32, host: seq's next token at each position, -100 at the last
   int64_t B = 0, T = 0, prompt_len = 0;
   std::vector<int64_t> last;  // each row's last real token
   std::vector<float> log_probs, ref_log_probs, values, action_mask;
