@@ -703,6 +703,11 @@ void Engine::timer_stop(const char* micro, const char* global) {
 }
 
 Status Engine::step() {
+  if (zero_->holds_full_weights()) {
+    return invalid_argument(
+        "the optimizer step would leave the whole weights gathered for inference (hybrid "
+        "engine) stale: release_full_weights() first");
+  }
   const bool log = timers_ && comm_->rank() == 0;
   if (!is_gradient_accumulation_boundary()) {
     ++micro_steps_;

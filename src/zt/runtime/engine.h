@@ -119,6 +119,12 @@ struct LoadedCheckpoint {
   int saved_stage = 0;
 };
 
+// Writes a model's whole weights (gather_master's: f32 host tensors, unit by unit) in `dtype`
+// as Engine::save_16bit_model does: a Transformer under the default file name as the Hugging
+// Face folder transformers loads, any other as DIR/<file> and DIR/config.json. One process.
+Status write_model_weights(nn::Model& model, const std::vector<Tensor>& full, DType dtype,
+                           const std::string& dir, const std::string& file = "model.safetensors");
+
 class Engine {
  public:
   // Use initialize(), which validates first.
@@ -220,6 +226,14 @@ class Engine {
   // the hooks a forward must run with (ZeRO-3 gathers parameters through them).
   nn::Context eval_context() const;
   nn::UnitHooks* hooks() { return zero_.get(); }
+  // The hybrid engine (DeepSpeed's enable_hybrid_engine; zero/zero_state.h hold_full_weights):
+  // at ZeRO-3 the whole model's compute copy gathered once onto every rank and kept, so
+  // forwards may then run without hooks (generation: no collective per unit and token) until
+  // release_full_weights. Collective. step() refuses to run while they are held (the copies
+  // would go stale). No-ops below stage 3, where the compute copy is whole at rest.
+  Status hold_full_weights() { return zero_->hold_full_weights(); }
+  void release_full_weights() { zero_->release_full_weights(); }
+  bool holds_full_weights() const { return zero_->holds_full_weights(); }
   // The full fp32 master weights, unit by unit (collective: every rank must call it).
   Result<std::vector<Tensor>> gather_master() { return zero_->gather_master(); }
 

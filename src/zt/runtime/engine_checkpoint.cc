@@ -321,6 +321,55 @@ Status Engine::checkpoint_wait() {
   return job->result;
 }
 
+Status write_model_weights(nn::Model& model, const std::vector<Tensor>& full, DType out,
+                           const std::string& dir, const std::string& file) {
+  auto* transformer = dynamic_cast<nn::Transformer*>(&model);
+  if (transformer != nullptr && file == "model.safetensors") {
+    // The families of nn/models: the folder transformers' from_pretrained loads (their names,
+    // fused tensors split, sharded past 5GB), as DeepSpeed's save_16bit_model of a transformers
+    // module gives its state dict.
+    std::map<const nn::Param*, Tensor> values;
+    for (size_t u = 0; u < full.size(); ++u) {
+      for (nn::Param* p : model.units()[u]->params()) {
+        values[p] = full[u].view(p->offset, {p->numel()});
+      }
+    }
+    ckpt::HfExportSource source;
+    source.read = [&values](const nn::Param& p, int64_t lo, int64_t hi, float* dst) {
+      const float* src = values.at(&p).data<float>();
+      std::copy(src + lo, src + hi, dst);
+      return Status::ok();
+    };
+    source.dtype_of = [out](const std::string&) { return out; };
+    source.config_dtype = out;
+    ZT_RETURN_IF_ERROR(ckpt::hf_export_model(*transformer, source, dir, {}).status());
+    ZT_LOG_INFO("saved the {} model to {} (Hugging Face layout)", dtype_name(out), dir);
+    return Status::ok();
+  }
+  std::vector<ckpt::TensorToWrite> tensors;
+  for (size_t u = 0; u < full.size(); ++u) {
+    for (nn::Param* p : model.units()[u]->params()) {
+      const Tensor src = full[u].view(p->offset, {p->numel()});
+      tensors.push_back({.name = p->name,
+                         .dtype = out,
+                         .shape = p->shape.to_vector(),
+                         .data = nullptr,
+                         .produce = [src, out](void* buf) {
+                           Tensor dst = Tensor::from_blob(buf, src.shape(), out, Device::cpu());
+                           dst.copy_from(src);  // f32 -> the training dtype, rounded
+                           return Status::ok();
+                         }});
+    }
+  }
+  ZT_RETURN_IF_ERROR(ckpt::safetensors_write((fs::path(dir) / file).string(), tensors,
+                                             {{"format", "pt"}}, "model weights")
+                         .status());
+  ZT_RETURN_IF_ERROR(file_write_atomic((fs::path(dir) / "config.json").string(),
+                                       model.config_json().dump(2) + "\n", "model config"));
+  ZT_LOG_INFO("saved the {} model to {}/{}", dtype_name(out), dir, file);
+  return Status::ok();
+}
+
 Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string& file) {
   if (options_.checkpoint_stage) {
     return invalid_argument(
@@ -339,54 +388,7 @@ Result<bool> Engine::save_16bit_model(const std::string& dir, const std::string&
   }
   ZT_ASSIGN_OR_RETURN(std::vector<Tensor> full, zero_->gather_master());
   Status local;
-  auto* transformer = dynamic_cast<nn::Transformer*>(&model_);
-  if (comm_->rank() == 0 && transformer != nullptr && file == "model.safetensors") {
-    // The families of nn/models: the folder transformers' from_pretrained loads (their names,
-    // fused tensors split, sharded past 5GB), as DeepSpeed's save_16bit_model of a transformers
-    // module gives its state dict.
-    std::map<const nn::Param*, Tensor> values;
-    for (size_t u = 0; u < full.size(); ++u) {
-      for (nn::Param* p : model_.units()[u]->params()) {
-        values[p] = full[u].view(p->offset, {p->numel()});
-      }
-    }
-    const DType out = round_dtype_;
-    ckpt::HfExportSource source;
-    source.read = [&values](const nn::Param& p, int64_t lo, int64_t hi, float* dst) {
-      const float* src = values.at(&p).data<float>();
-      std::copy(src + lo, src + hi, dst);
-      return Status::ok();
-    };
-    source.dtype_of = [out](const std::string&) { return out; };
-    source.config_dtype = out;
-    local = ckpt::hf_export_model(*transformer, source, dir, {}).status();
-    if (local.is_ok()) ZT_LOG_INFO("saved the {} model to {} (Hugging Face layout)", dtype_name(out), dir);
-  } else if (comm_->rank() == 0) {
-    const DType out = round_dtype_;
-    std::vector<ckpt::TensorToWrite> tensors;
-    for (size_t u = 0; u < full.size(); ++u) {
-      for (nn::Param* p : model_.units()[u]->params()) {
-        const Tensor src = full[u].view(p->offset, {p->numel()});
-        tensors.push_back({.name = p->name,
-                           .dtype = out,
-                           .shape = p->shape.to_vector(),
-                           .data = nullptr,
-                           .produce = [src, out](void* buf) {
-                             Tensor dst = Tensor::from_blob(buf, src.shape(), out, Device::cpu());
-                             dst.copy_from(src);  // f32 -> the training dtype, rounded
-                             return Status::ok();
-                           }});
-      }
-    }
-    auto w = ckpt::safetensors_write((fs::path(dir) / file).string(), tensors,
-                                     {{"format", "pt"}}, "model weights");
-    local = w.status();
-    if (local.is_ok()) {
-      local = file_write_atomic((fs::path(dir) / "config.json").string(),
-                                model_.config_json().dump(2) + "\n", "model config");
-    }
-    if (local.is_ok()) ZT_LOG_INFO("saved the {} model to {}/{}", dtype_name(out), dir, file);
-  }
+  if (comm_->rank() == 0) local = write_model_weights(model_, full, round_dtype_, dir, file);
   ZT_RETURN_IF_ERROR(agree(*this, local, fmt::format("saving the model to '{}'", dir)));
   return true;
 }

@@ -1007,3 +1007,46 @@ void ZeroState::after_backward(int unit) {
 }
 
 }  // namespace zt::zero
+
+// ---- the hybrid engine's whole weights
+
+namespace zt::zero {
+
+int64_t ZeroState::full_weights_bytes() const {
+  if (options_.stage < 3) return 0;
+  int64_t n = 0;
+  for (const UnitState& st : units_) {
+    if (!st.persistent) n += st.padded;
+  }
+  return n * static_cast<int64_t>(dtype_size(options_.compute_dtype));
+}
+
+Status ZeroState::hold_full_weights() {
+  if (options_.stage < 3 || held_) return Status::ok();
+  if (options_.device.is_cuda()) {
+    const int64_t need = full_weights_bytes();
+    const int64_t total = cuda_device_total_memory(options_.device.index);
+    const auto in_use = static_cast<int64_t>(allocator_stats(options_.device).allocated_bytes);
+    // A margin for the work of the forwards that follow (activations, the KV cache).
+    if (total > 0 && need + in_use > total - total / 16) {
+      return Status(StatusCode::kOutOfMemory, fmt::format(
+          "the hybrid engine gathers the whole model onto every GPU for generation: {:.2f} GiB "
+          "in {} beside the {:.2f} GiB in use does not fit {}'s {:.2f} GiB; train without "
+          "--enable-hybrid-engine (generation then gathers each unit per token) or on more or "
+          "larger GPUs",
+          need / 1073741824.0, dtype_name(options_.compute_dtype), in_use / 1073741824.0,
+          options_.device.str(), total / 1073741824.0));
+    }
+  }
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) gather(u);
+  held_ = true;
+  return finish_pass().with_context("gathering the whole model (hybrid engine)");
+}
+
+void ZeroState::release_full_weights() {
+  if (!held_) return;
+  for (int u = 0; u < static_cast<int>(units_.size()); ++u) release(u);
+  held_ = false;
+}
+
+}  // namespace zt::zero

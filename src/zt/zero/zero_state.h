@@ -330,6 +330,18 @@ class ZeroState : public nn::UnitHooks {
   // the persistent units' chunks are all-gathered, as after a step).
   Status refresh_params();
 
+  // DeepSpeed's hybrid engine (--enable-hybrid-engine): at stage 3 every unit's compute copy is
+  // all-gathered once and stays bound, so forwards run without hooks (no collective per unit and
+  // token in generation) until release_full_weights frees the gathered copies; training hooks
+  // meanwhile find each unit gathered already. Below stage 3 the compute copy is whole at rest
+  // and both are no-ops. Collective. Fails, naming the sizes, when the device cannot hold the
+  // whole model beside what it holds (nothing is gathered then).
+  Status hold_full_weights();
+  void release_full_weights();
+  bool holds_full_weights() const { return held_; }
+  // What hold_full_weights adds on this rank: the gathered units' bytes (0 below stage 3).
+  int64_t full_weights_bytes() const;
+
   // nn::UnitHooks
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -385,6 +397,7 @@ class ZeroState : public nn::UnitHooks {
   bool time_gathers_ = false;
   EventSpans gather_spans_;
   Status hook_status_;
+  bool held_ = false;
   Status place_own_chunk(UnitState& st, const Tensor& chunk);
   // offload_param nvme: the next staging buffer free of a pending read (waiting for its last
   // copy to the device), a prefetch's asynchronous read of unit u's chunk, and the settling of
