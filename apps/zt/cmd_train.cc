@@ -179,7 +179,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--critic-zero-stage", FlagKind::kValue,
      "ppo: the critic's ZeRO stage (default: the config's)", "S"},
     {"--ppo-epochs", FlagKind::kValue, "ppo: training passes over each round's experience (1)", "N"},
-    {"--generation-batches", FlagKind::kValue, "ppo: experience batches a round (1)", "N"},
+    {"--generation-batches", FlagKind::kValue,
+     "ppo: prompt batches answered a round before its PPO epochs train on all of them (1)", "N"},
     {"--max-prompt-seq-len", FlagKind::kValue, "ppo: a prompt's last N tokens (256)", "N"},
     {"--max-answer-seq-len", FlagKind::kValue, "ppo: answer tokens generated at most (256)", "N"},
     {"--kl-ctl", FlagKind::kValue, "ppo: the KL penalty's weight (0.1)", "X"},
@@ -188,9 +189,11 @@ const std::vector<FlagSpec> kFlags = {
     {"--cliprange-value", FlagKind::kValue, "ppo: the value clip around the old values (0.2)", "X"},
     {"--gamma", FlagKind::kValue, "ppo: the discount (1.0)", "X"},
     {"--lam", FlagKind::kValue, "ppo: GAE's lambda (0.95)", "X"},
-    {"--enable-ema", FlagKind::kSwitch, "ppo: (not yet) an EMA copy of the actor"},
+    {"--enable-ema", FlagKind::kSwitch,
+     "ppo: a moving average of the actor (beta 0.992) after each step, saved as DIR/actor_ema"},
     {"--unsupervised-dataset", FlagKind::kValue,
-     "ppo: a token file whose language-model loss trains the actor too, one step each PPO epoch",
+     "ppo: a token file whose language-model loss trains the actor too, one step after each PPO "
+     "step",
      "FILE"},
     {"--unsup-coef", FlagKind::kValue, "ppo: the unsupervised loss's weight (27.8)", "X"},
     {"--offload-reference-model", FlagKind::kSwitch,
@@ -198,7 +201,8 @@ const std::vector<FlagSpec> kFlags = {
     {"--actor-lora-dim", FlagKind::kValue,
      "ppo: LoRA adapters of rank R on the actor (with --only-optimize-lora, --lora-alpha)", "R"},
     {"--enable-hybrid-engine", FlagKind::kSwitch,
-     "ppo: (not yet) DeepSpeed's hybrid engine (generation from gathered shards)"},
+     "ppo: DeepSpeed's hybrid engine: the actor's ZeRO-3 shards gathered once per generation "
+     "phase, generation without per-token collectives, the copy released before training"},
     {"--inference-tp-size", FlagKind::kValue, "ppo: (not yet) tensor-parallel generation", "T"},
     {"--pipeline-parallel-size", FlagKind::kValue,
      "pipeline parallelism: split the model's units into P stages (DeepSpeed's PipelineModule "

@@ -29,6 +29,7 @@
 #include "zt/data/batch_sampler.h"
 #include "zt/data/token_file.h"
 #include "zt/runtime/inference.h"
+#include "zt/tasks/ema.h"
 #include "zt/tasks/lora.h"
 #include "zt/tasks/ppo.h"
 #include "zt/tasks/reward.h"
@@ -37,8 +38,7 @@ namespace zt::cli {
 namespace {
 
 // DeepSpeed-Chat flags that ZeroTrain does not run yet, each refused by name.
-constexpr const char* kNotYet[] = {"--enable-ema", "--enable-hybrid-engine",
-                                   "--inference-tp-size"};
+constexpr const char* kNotYet[] = {"--inference-tp-size"};
 // Flags of other tasks that mean nothing here.
 constexpr const char* kOtherTasks[] = {
     "--model", "--seq-len", "--eval-data", "--train-on-prompt", "--pack", "--lora-dim",
@@ -112,12 +112,8 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   for (const auto* r : {&steps, &seed, &ppo_epochs, &gen_batches, &max_prompt, &max_answer}) {
     if (!*r) return fail(r->status());
   }
-  if (*gen_batches != 1) {
-    return fail(invalid_argument("--generation-batches {}: one experience batch a round is what "
-                                 "--task ppo runs yet (give 1)",
-                                 *gen_batches));
-  }
   tasks::PpoOptions po;
+  po.hybrid_engine = a.has("--enable-hybrid-engine");
   po.ppo_epochs = static_cast<int>(*ppo_epochs);
   po.max_answer_len = static_cast<int>(*max_answer);
   for (auto [flag, dst] : {std::pair{"--kl-ctl", &po.ppo.kl_ctl},
@@ -297,6 +293,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                            rows.begin() + static_cast<std::ptrdiff_t>(i + static_cast<size_t>(B * world)));
     }
   }
+  const auto G = static_cast<size_t>(*gen_batches);
   if (batches.empty()) {
     return fail(invalid_argument(
         "{}: {} prompts, but no {} of them share a token length (a round takes "
@@ -307,9 +304,11 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   std::shuffle(batches.begin(), batches.end(), order);
   if (rank == 0) {
     ZT_LOG_INFO("ppo: {} prompts from {}, {} rounds' batches of {} per rank; actor {} (ZeRO {}), "
-                "critic {} (ZeRO {}), answers up to {} tokens, {} PPO epoch(s) a round",
+                "critic {} (ZeRO {}), answers up to {} tokens, {} generation batch(es) and {} PPO "
+                "epoch(s) a round{}{}",
                 prompts, data_values[0], batches.size(), B, *actor_name, actor_cfg->zero.stage,
-                *critic_name, critic_cfg->zero.stage, *max_answer, *ppo_epochs);
+                *critic_name, critic_cfg->zero.stage, *max_answer, G, *ppo_epochs,
+                po.hybrid_engine ? ", hybrid engine" : "", a.has("--enable-ema") ? ", EMA" : "");
   }
 
   // The unsupervised mix: windows of max_prompt + max_answer tokens of a token file, each PPO
@@ -353,6 +352,16 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
        .reward = tasks::reward_model_scores({**reward_model, rm_w->context(), nullptr})},
       po);
 
+  // --enable-ema: DeepSpeed-Chat's moving average of the actor (beta 0.992) after each of its
+  // PPO steps, saved as DIR/actor_ema (Hugging Face layout, the training dtype) with --save.
+  std::optional<tasks::WeightsEma> ema;
+  if (a.has("--enable-ema")) {
+    auto e = tasks::WeightsEma::start(**actor_e);
+    if (!e) return fail(e.status().with_context("--enable-ema"));
+    ema.emplace(std::move(e).value());
+    trainer.set_after_actor_step([&ema, &actor_e] { return ema->update(**actor_e); });
+  }
+
   auto write_policy = write_error_policy(a.get("--on-write-error").value_or("fail"));
   if (!write_policy) return fail(write_policy.status());
   MetricsWriter metrics(*write_policy);
@@ -369,8 +378,12 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   }
   ProgressBar bar(*steps, rank == 0, "tok/s");
   for (int64_t step = 0; step < *steps; ++step) {
-    const auto& all = batches[static_cast<size_t>(step) % batches.size()];
-    std::vector<std::vector<int32_t>> mine(all.begin() + rank * B, all.begin() + (rank + 1) * B);
+    // --generation-batches: that many batches' experiences, then the PPO epochs over them.
+    std::vector<std::vector<std::vector<int32_t>>> mine;
+    for (size_t g = 0; g < G; ++g) {
+      const auto& all = batches[(static_cast<size_t>(step) * G + g) % batches.size()];
+      mine.emplace_back(all.begin() + rank * B, all.begin() + (rank + 1) * B);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     auto st = trainer.round(mine);
     const double round_s =
@@ -393,7 +406,8 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                         {"train_s", st->train_s},
                         {"generate_tokens_per_s", st->generate_tokens_per_s},
                         {"train_tokens_per_s", st->train_tokens_per_s}};
-    if (Status s = record_metrics(metrics, monitors, r, (step + 1) * B * world); !s.is_ok()) {
+    if (Status s = record_metrics(metrics, monitors, r, (step + 1) * static_cast<int64_t>(G) * B * world);
+        !s.is_ok()) {
       bar.finish();
       return fail(s);
     }
@@ -404,6 +418,9 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
       if (Status s = e->save_checkpoint(*dir + "/" + name, "", {{"task", "ppo"}}); !s.is_ok()) {
         return fail(s.with_context(name));
       }
+    }
+    if (ema) {
+      if (Status s = ema->save(**actor_e, *dir + "/actor_ema"); !s.is_ok()) return fail(s);
     }
   }
   if (Status s = metrics.close(); !s.is_ok()) return fail(s);

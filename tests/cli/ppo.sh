@@ -5,10 +5,13 @@
 # round's prompts) end with the same actor and critic weights as the one-process run at ZeRO 0
 # (to-fp32 of both checkpoints within 1e-4 of the largest weight, observed 9e-6 after 8 AdamW
 # steps; a step is lr = 1e-3, so a wrong average or a missed reduction is far outside: every
-# answer runs its full length, so the per-rank means average to the whole batch's); the flags DeepSpeed-Chat has that
-# step 3 does not run yet, and PPO flags without --task ppo, are refused by name; and answers that
-# end at the model's eos at different steps on 2 ranks at ZeRO 3 (pre-tokenized prompts) run
-# through (the ranks keep decoding together).
+# answer runs its full length, so the per-rank means average to the whole batch's), and so does
+# their --enable-ema average (actor_ema); with --enable-hybrid-engine the 2-rank actor is the same
+# bit for bit; answers that end at the model's eos at different steps on 2 ranks at ZeRO 3
+# (pre-tokenized prompts) run through (the ranks keep decoding together; with the hybrid engine
+# each stops on its own) with the same rounds either way; --generation-batches 2 answers two
+# batches a round; the DeepSpeed-Chat flag step 3 does not run yet, and PPO flags without
+# --task ppo, are refused by name.
 # Usage: ppo.sh ZT_BINARY SOURCE_DIR
 set -u
 zt=$1
@@ -34,11 +37,30 @@ cat >"$tmp/ds4.json" <<'EOF2'
 {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}}}
 EOF2
+# compare.py A B NAME TOL: two f32 safetensors files hold the same tensors, each value within
+# TOL x the largest weight of A.
+cat >"$tmp/compare.py" <<'PY'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__": continue
+        assert v["dtype"] == "F32", (k, v["dtype"])
+        a = array.array("f"); a.frombytes(d[v["data_offsets"][0]:v["data_offsets"][1]]); out[k] = a
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert a.keys() == b.keys(), (sorted(a)[:3], sorted(b)[:3])
+scale = max(abs(x) for t in a.values() for x in t)
+worst = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+print(f"{sys.argv[3]}: worst weight difference {worst:.2e} (largest weight {scale:.3f})")
+assert worst <= float(sys.argv[4]) * scale
+PY
 common=(--task ppo --actor llama-tiny --critic llama-tiny --data "$tmp/prompts.jsonl" --steps 4
   --max-prompt-seq-len 16 --max-answer-seq-len 6 --device cpu --ppo-epochs 2 --seed 3)
 
 if "$zt" train --config "$tmp/ds8.json" "${common[@]}" --metrics-out "$tmp/m1.jsonl" \
-    --save "$tmp/one" >"$tmp/out1" 2>"$tmp/err1"; then
+    --enable-ema --save "$tmp/one" >"$tmp/out1" 2>"$tmp/err1"; then
   if python3 - "$tmp/m1.jsonl" <<'PY'
 import json, math, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -54,34 +76,39 @@ else
 fi
 
 if "$zt" launch --num_procs 2 "$zt" train --config "$tmp/ds4.json" "${common[@]}" \
-    --actor-zero-stage 3 --critic-zero-stage 3 --metrics-out "$tmp/m2.jsonl" --save "$tmp/two" \
-    >"$tmp/out2" 2>"$tmp/err2"; then
+    --actor-zero-stage 3 --critic-zero-stage 3 --metrics-out "$tmp/m2.jsonl" --enable-ema \
+    --save "$tmp/two" >"$tmp/out2" 2>"$tmp/err2"; then
   same=1
   for m in actor critic; do
     "$zt" ckpt to-fp32 "$tmp/one/$m" "$tmp/fp_one_$m" >/dev/null 2>&1 &&
       "$zt" ckpt to-fp32 "$tmp/two/$m" "$tmp/fp_two_$m" >/dev/null 2>&1 || { same=0; continue; }
-    python3 - "$tmp/fp_one_$m/model.safetensors" "$tmp/fp_two_$m/model.safetensors" "$m" <<'PY' || same=0
-import array, json, struct, sys
-def load(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
-    out = {}
-    for k, v in h.items():
-        if k == "__metadata__": continue
-        a = array.array("f"); a.frombytes(d[v["data_offsets"][0]:v["data_offsets"][1]]); out[k] = a
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-assert a.keys() == b.keys(), (sorted(a)[:3], sorted(b)[:3])
-scale = max(abs(x) for t in a.values() for x in t)
-worst = max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
-print(f"{sys.argv[3]}: worst weight difference {worst:.2e} (largest weight {scale:.3f})")
-assert worst <= 1e-4 * scale
-PY
+    python3 "$tmp/compare.py" "$tmp/fp_one_$m/model.safetensors" "$tmp/fp_two_$m/model.safetensors" "$m" 1e-4 || same=0
   done
   [ $same = 1 ] && ok "2 ranks at ZeRO 3 end with the one-process weights" || bad "2-rank weights differ (see above)"
+  # --enable-ema: the moving average (Hugging Face layout, f32 here) gathered from the ZeRO-3
+  # shards equals the one-process run's.
+  if [ -f "$tmp/one/actor_ema/config.json" ] &&
+      python3 "$tmp/compare.py" "$tmp/one/actor_ema/model.safetensors" "$tmp/two/actor_ema/model.safetensors" actor_ema 1e-4; then
+    ok "--enable-ema: actor_ema saved, the same on 2 ranks at ZeRO 3 as on one process"
+  else
+    bad "--enable-ema: $(ls "$tmp/one" "$tmp/two" 2>&1 | tr '\n' ' ')"
+  fi
 else
   bad "2-rank run: $(tail -3 "$tmp/err2")"
 fi
 
+# The hybrid engine: the same 2-rank ZeRO-3 run with the actor gathered once per generation
+# phase ends with the same weights bit for bit (generation and the actor's log-probs run on the
+# same values, only gathered once).
+if "$zt" launch --num_procs 2 "$zt" train --config "$tmp/ds4.json" "${common[@]}" \
+    --actor-zero-stage 3 --critic-zero-stage 3 --enable-hybrid-engine --save "$tmp/hyb" \
+    >"$tmp/out7" 2>"$tmp/err7" && grep -q "hybrid engine" "$tmp/err7" &&
+    "$zt" ckpt to-fp32 "$tmp/hyb/actor" "$tmp/fp_hyb_actor" >/dev/null 2>&1 &&
+    python3 "$tmp/compare.py" "$tmp/fp_two_actor/model.safetensors" "$tmp/fp_hyb_actor/model.safetensors" hybrid 0; then
+  ok "--enable-hybrid-engine on 2 ranks at ZeRO 3: the same actor, bit for bit"
+else
+  bad "--enable-hybrid-engine: $(tail -3 "$tmp/err7")"
+fi
 # A model whose answers end at its eos (the llama fixture: eos_token_id 2) with pre-tokenized
 # prompts, on 2 ranks at ZeRO 3: rows finish at different steps on the two ranks, whose decode
 # steps must still pair up (every rank steps until the last row anywhere has finished).
@@ -113,6 +140,17 @@ print("answer lengths (rank 0):", [r["answer_len_mean"] for r in recs])
 PY
 else
   bad "eos-ended answers on 2 ranks at ZeRO 3: $(tail -3 "$tmp/err3")"
+fi
+# The same with the hybrid engine: each rank stops at its own rows' end (no collective while it
+# generates), and the rounds still pair up.
+if timeout 300 "$zt" launch --num_procs 2 "$zt" train --config "$tmp/ds1.json" --task ppo \
+    --actor "$llama" --critic "$llama" --data "$tmp/ids.jsonl" --steps 6 --max-prompt-seq-len 8 \
+    --max-answer-seq-len 24 --device cpu --actor-zero-stage 3 --critic-zero-stage 3 \
+    --enable-hybrid-engine --metrics-out "$tmp/m9.jsonl" >"$tmp/out9" 2>"$tmp/err9" &&
+    cmp -s <(cut -d, -f1-3 "$tmp/m3.jsonl") <(cut -d, -f1-3 "$tmp/m9.jsonl"); then
+  ok "eos-ended answers on 2 ranks at ZeRO 3 with the hybrid engine: the same rounds"
+else
+  bad "eos-ended answers, hybrid engine: $(tail -3 "$tmp/err9")"
 fi
 
 # The config's monitors: a CSV per number of the round's record.
@@ -157,15 +195,24 @@ else
   bad "--unsupervised-dataset: $(tail -3 "$tmp/err5")"
 fi
 
+# --generation-batches 2: two batches answered a round, the PPO epochs over both (4 rounds: 64
+# prompts answered, read from the monitor's sample counts).
+if "$zt" train --config "$tmp/ds_csv.json" "${common[@]}" --generation-batches 2 \
+    --metrics-out "$tmp/m8.jsonl" >"$tmp/out8" 2>"$tmp/err8" &&
+    [ "$(wc -l <"$tmp/m8.jsonl")" = 4 ] &&
+    [ "$(tail -1 "$tmp/csv/ppo/Train_Samples_kl.csv" | cut -d, -f1)" = 64 ]; then
+  ok "--generation-batches 2: 16 prompts a round"
+else
+  bad "--generation-batches 2: $(tail -1 "$tmp/csv/ppo/Train_Samples_kl.csv") $(tail -2 "$tmp/err8")"
+fi
+
 expect_error() {  # name, text, command...
   local name=$1 want=$2; shift 2
   if "$@" >"$tmp/o" 2>"$tmp/e"; then bad "$name: succeeded"; return; fi
   grep -q -- "$want" "$tmp/e" && ok "$name" || bad "$name: $(tail -1 "$tmp/e")"
 }
-expect_error "refuses --enable-ema" "--enable-ema is not supported by --task ppo yet" \
-  "$zt" train --config "$tmp/ds8.json" "${common[@]}" --enable-ema
-expect_error "refuses --generation-batches 2" "one experience batch a round" \
-  "$zt" train --config "$tmp/ds8.json" "${common[@]}" --generation-batches 2
+expect_error "refuses --inference-tp-size" "--inference-tp-size is not supported by --task ppo yet" \
+  "$zt" train --config "$tmp/ds8.json" "${common[@]}" --inference-tp-size 2
 expect_error "needs --critic" "needs --actor DIR" \
   "$zt" train --config "$tmp/ds8.json" --task ppo --actor llama-tiny --data "$tmp/prompts.jsonl"
 expect_error "PPO flags need --task ppo" "--kl-ctl belongs to --task ppo" \

@@ -1,6 +1,8 @@
 #include "zt/tasks/ppo.h"
 
+#include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include "zt/core/assert.h"
 #include "zt/runtime/engine.h"
@@ -72,7 +74,7 @@ Result<double> scaled_lm_step(Engine& engine, const Tensor& tokens, const Tensor
 }
 
 PpoTrainer::PpoTrainer(PpoModels models, PpoOptions options)
-    : m_(std::move(models)), o_(std::move(options)) {}
+    : m_(std::move(models)), o_(std::move(options)), shuffle_rng_(o_.generation.seed) {}
 
 std::vector<float> PpoTrainer::log_probs(nn::Transformer& model, nn::Context ctx,
                                          nn::UnitHooks* hooks, const Tensor& seq,
@@ -121,9 +123,21 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   g.vocab_size = ac.vocab_size;
   g.max_seq_len = static_cast<int>(ac.max_positions);
   g.num_layers = ac.n_layer;
-  g.seed = o_.generation.seed + static_cast<uint64_t>(rounds_) * 1000003ULL;
+  g.seed = o_.generation.seed + static_cast<uint64_t>(generations_++) * 1000003ULL;
+  // The hybrid engine: the whole weights held for generation and the actor's log-probs (and
+  // released on every way out); forwards then need no hooks and ranks no agreement.
+  Engine& actor_engine = m_.actor_engine;
+  const bool held = o_.hybrid_engine && actor_engine.config().zero.stage == 3;
+  if (held) ZT_RETURN_IF_ERROR(actor_engine.hold_full_weights().with_context("hybrid engine"));
+  struct Release {
+    Engine* e;
+    ~Release() {
+      if (e != nullptr) e->release_full_weights();
+    }
+  } release{held ? &actor_engine : nullptr};
+  nn::UnitHooks* actor_hooks = held ? nullptr : actor_engine.hooks();
   Status sync = Status::ok();
-  if (m_.actor_engine.world_size() > 1) {
+  if (!held && actor_engine.world_size() > 1) {
     // Every rank decodes until the last rank's rows have finished (the actor's forwards are
     // collective under ZeRO-3; a rank whose rows ended early keeps stepping them, discarding).
     // A failed agreement stops generation and is the round's error.
@@ -135,8 +149,8 @@ Result<PpoExperience> PpoTrainer::generate_experience(
     };
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<std::vector<int32_t>> answers = nn::generate_batch(
-      m_.actor, m_.actor_engine.eval_context(), prompts, g, m_.actor_engine.hooks());
+  const std::vector<std::vector<int32_t>> answers =
+      nn::generate_batch(m_.actor, actor_engine.eval_context(), prompts, g, actor_hooks);
   e.generate_s = seconds_since(t0);
   ZT_RETURN_IF_ERROR(sync.with_context("generation"));
 
@@ -168,8 +182,11 @@ Result<PpoExperience> PpoTrainer::generate_experience(
     }
   }
   e.targets = next_token_targets(e.seq);
-  e.log_probs = log_probs(m_.actor, m_.actor_engine.eval_context(), m_.actor_engine.hooks(), e.seq,
-                          e.targets);
+  e.log_probs = log_probs(m_.actor, actor_engine.eval_context(), actor_hooks, e.seq, e.targets);
+  if (held) {
+    actor_engine.release_full_weights();
+    release.e = nullptr;
+  }
   e.ref_log_probs = log_probs(m_.ref.model, m_.ref.context, m_.ref.hooks, e.seq, e.targets);
   {
     nn::Context ctx = m_.critic_engine.eval_context();
@@ -190,107 +207,164 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   return e;
 }
 
-Result<PpoRoundStats> PpoTrainer::train_rlhf(const PpoExperience& e) {
-  const int64_t B = e.B, T = e.T, L = T - 1, start = e.prompt_len - 1, n = L - start;
-  const ppo::PpoConfig& cfg = o_.ppo;
-  PpoRoundStats st;
-  for (float r : e.reward_score) st.reward_mean += r / static_cast<double>(B);
-  double kl = 0, counted = 0;
-  for (size_t i = 0; i < e.action_mask.size(); ++i) {
-    if (e.action_mask[i] == 0.0f || static_cast<int64_t>(i) % L < start) continue;
-    kl += e.log_probs[i] - e.ref_log_probs[i];
-    counted += 1;
-  }
-  st.kl = counted > 0 ? kl / counted : 0;
+namespace {
 
-  // No gradient: rewards, then advantages and returns over the zeroed rows.
+// What an experience's training steps read, computed once without gradient: rewards, then
+// advantages and returns over the zeroed rows, and the columns from `start` on.
+struct Prepared {
+  int64_t start = 0, n = 0;
+  std::vector<float> adv, ret, old_lp, old_v, mask;
+};
+
+Prepared prepare(const PpoExperience& e, const ppo::PpoConfig& cfg) {
+  const int64_t B = e.B, L = e.T - 1;
+  Prepared p;
+  p.start = e.prompt_len - 1;
+  p.n = L - p.start;
   std::vector<float> rewards(static_cast<size_t>(B * L));
-  ppo::compute_rewards(e.log_probs, e.ref_log_probs, e.reward_score, e.action_mask, B, L, start,
+  ppo::compute_rewards(e.log_probs, e.ref_log_probs, e.reward_score, e.action_mask, B, L, p.start,
                        cfg, rewards);
-  const std::vector<int64_t> ends = ppo::answer_ends(e.action_mask, B, L, start);
+  const std::vector<int64_t> ends = ppo::answer_ends(e.action_mask, B, L, p.start);
   std::vector<float> old_values = e.values;
   ppo::zero_after_ends(rewards, ends, B, L);
   ppo::zero_after_ends(old_values, ends, B, L);
-  std::vector<float> adv(static_cast<size_t>(B * n)), ret(static_cast<size_t>(B * n));
-  ppo::advantages_and_returns(old_values, rewards, B, L, start, cfg, adv, ret);
-  const std::vector<float> old_lp = ppo::columns_from(e.log_probs, B, L, start);
-  const std::vector<float> old_v = ppo::columns_from(old_values, B, L, start);
-  const std::vector<float> mask = ppo::columns_from(e.action_mask, B, L, start);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int epoch = 0; epoch < o_.ppo_epochs; ++epoch) {
-    // The actor: the clipped policy loss over the answer columns, through the head's per-token
-    // cross-entropy (-log p) weighted by -d loss / d log p.
-    ZT_ASSIGN_OR_RETURN(std::vector<double> losses,
-                        m_.actor_engine.forward_token_losses(e.seq, e.targets));
-    std::vector<float> lp(static_cast<size_t>(B * n));
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < n; ++j) {
-        lp[static_cast<size_t>(b * n + j)] =
-            static_cast<float>(-losses[static_cast<size_t>(b * T + start + j)]);
-      }
-    }
-    const ppo::ActorLossInputs ai{.log_probs = lp, .old_log_probs = old_lp, .advantages = adv,
-                                  .mask = mask, .B = B, .n = n};
-    const double actor_loss = ppo::actor_loss(ai, cfg);
-    std::vector<float> dlp(lp.size());
-    ppo::actor_loss_backward(ai, cfg, dlp);
-    std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < n; ++j) {
-        w[static_cast<size_t>(b * T + start + j)] = -dlp[static_cast<size_t>(b * n + j)];
-      }
-    }
-    ZT_RETURN_IF_ERROR(m_.actor_engine.backward_weighted(w, static_cast<float>(actor_loss)));
-    ZT_RETURN_IF_ERROR(m_.actor_engine.step());
+  p.adv.resize(static_cast<size_t>(B * p.n));
+  p.ret.resize(static_cast<size_t>(B * p.n));
+  ppo::advantages_and_returns(old_values, rewards, B, L, p.start, cfg, p.adv, p.ret);
+  p.old_lp = ppo::columns_from(e.log_probs, B, L, p.start);
+  p.old_v = ppo::columns_from(old_values, B, L, p.start);
+  p.mask = ppo::columns_from(e.action_mask, B, L, p.start);
+  return p;
+}
 
-    // The critic: the clipped value loss over the same columns, from its (B,T) values.
-    ZT_ASSIGN_OR_RETURN(Tensor values, m_.critic_engine.forward_outputs(e.seq));
-    const std::vector<double> vall = values.to_doubles();
-    std::vector<float> v(static_cast<size_t>(B * n));
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < n; ++j) {
-        v[static_cast<size_t>(b * n + j)] =
-            static_cast<float>(vall[static_cast<size_t>(b * T + start + j)]);
-      }
+}  // namespace
+
+Result<PpoRoundStats> PpoTrainer::train_rlhf(std::span<const PpoExperience> exps) {
+  if (exps.empty()) return invalid_argument("train_rlhf needs at least one experience");
+  const ppo::PpoConfig& cfg = o_.ppo;
+  const auto G = static_cast<double>(exps.size());
+  PpoRoundStats st;
+  double kl = 0, counted = 0;
+  int64_t generated = 0, rows = 0, trained = 0;
+  std::vector<Prepared> prepared;
+  for (const PpoExperience& e : exps) {
+    const int64_t L = e.T - 1, start = e.prompt_len - 1;
+    for (float r : e.reward_score) st.reward_mean += r;
+    rows += e.B;
+    for (size_t i = 0; i < e.action_mask.size(); ++i) {
+      if (e.action_mask[i] == 0.0f || static_cast<int64_t>(i) % L < start) continue;
+      kl += e.log_probs[i] - e.ref_log_probs[i];
+      counted += 1;
     }
-    const ppo::CriticLossInputs ci{.values = v, .old_values = old_v, .returns = ret, .mask = mask,
-                                   .B = B, .n = n};
-    const double critic_loss = ppo::critic_loss(ci, cfg);
-    std::vector<float> dv(v.size());
-    ppo::critic_loss_backward(ci, cfg, dv);
-    std::vector<float> dout(static_cast<size_t>(B * T), 0.0f);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t j = 0; j < n; ++j) {
-        dout[static_cast<size_t>(b * T + start + j)] = dv[static_cast<size_t>(b * n + j)];
-      }
-    }
-    ZT_RETURN_IF_ERROR(m_.critic_engine.backward_outputs(
-        Tensor::from_floats(dout, {B, T}, DType::f32), static_cast<float>(critic_loss)));
-    ZT_RETURN_IF_ERROR(m_.critic_engine.step());
-    st.actor_loss += actor_loss / o_.ppo_epochs;
-    st.critic_loss += critic_loss / o_.ppo_epochs;
-    if (o_.unsup_next) {
-      // The actor on a language-model batch: its mean loss over the counted targets, times
-      // unsup_coef (DeepSpeed-Chat's actor_model.backward(unsup_coef * loss)).
+    generated += e.generated_tokens;
+    st.generate_s += e.generate_s;
+    trained += e.B * e.T;
+    prepared.push_back(prepare(e, cfg));
+  }
+  st.reward_mean /= static_cast<double>(rows);
+  st.kl = counted > 0 ? kl / counted : 0;
+  // DeepSpeed-Chat's unsupervised batches: one per experience, collected with them and reused
+  // by every PPO epoch.
+  std::vector<std::pair<Tensor, Tensor>> unsup;
+  if (o_.unsup_next) {
+    for (size_t i = 0; i < exps.size(); ++i) {
       ZT_ASSIGN_OR_RETURN(auto batch, o_.unsup_next());
-      ZT_ASSIGN_OR_RETURN(const double mean,
-                          scaled_lm_step(m_.actor_engine, batch.first, batch.second, o_.unsup_coef));
-      st.unsup_loss += mean / o_.ppo_epochs;
+      unsup.push_back(std::move(batch));
     }
   }
+  std::vector<size_t> exp_order(exps.size()), unsup_order(unsup.size());
+  std::iota(exp_order.begin(), exp_order.end(), size_t{0});
+  std::iota(unsup_order.begin(), unsup_order.end(), size_t{0});
+  const double steps = o_.ppo_epochs * G;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int epoch = 0; epoch < o_.ppo_epochs; ++epoch) {
+    for (size_t i = 0; i < exps.size(); ++i) {
+      const size_t x = exp_order[i];
+      const PpoExperience& e = exps[x];
+      const Prepared& p = prepared[x];
+      const int64_t B = e.B, T = e.T, start = p.start, n = p.n;
+      // The actor: the clipped policy loss over the answer columns, through the head's
+      // per-token cross-entropy (-log p) weighted by -d loss / d log p.
+      ZT_ASSIGN_OR_RETURN(std::vector<double> losses,
+                          m_.actor_engine.forward_token_losses(e.seq, e.targets));
+      std::vector<float> lp(static_cast<size_t>(B * n));
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < n; ++j) {
+          lp[static_cast<size_t>(b * n + j)] =
+              static_cast<float>(-losses[static_cast<size_t>(b * T + start + j)]);
+        }
+      }
+      const ppo::ActorLossInputs ai{.log_probs = lp, .old_log_probs = p.old_lp,
+                                    .advantages = p.adv, .mask = p.mask, .B = B, .n = n};
+      const double actor_loss = ppo::actor_loss(ai, cfg);
+      std::vector<float> dlp(lp.size());
+      ppo::actor_loss_backward(ai, cfg, dlp);
+      std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < n; ++j) {
+          w[static_cast<size_t>(b * T + start + j)] = -dlp[static_cast<size_t>(b * n + j)];
+        }
+      }
+      ZT_RETURN_IF_ERROR(m_.actor_engine.backward_weighted(w, static_cast<float>(actor_loss)));
+      ZT_RETURN_IF_ERROR(m_.actor_engine.step());
+
+      // The critic: the clipped value loss over the same columns, from its (B,T) values.
+      ZT_ASSIGN_OR_RETURN(Tensor values, m_.critic_engine.forward_outputs(e.seq));
+      const std::vector<double> vall = values.to_doubles();
+      std::vector<float> v(static_cast<size_t>(B * n));
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < n; ++j) {
+          v[static_cast<size_t>(b * n + j)] =
+              static_cast<float>(vall[static_cast<size_t>(b * T + start + j)]);
+        }
+      }
+      const ppo::CriticLossInputs ci{.values = v, .old_values = p.old_v, .returns = p.ret,
+                                     .mask = p.mask, .B = B, .n = n};
+      const double critic_loss = ppo::critic_loss(ci, cfg);
+      std::vector<float> dv(v.size());
+      ppo::critic_loss_backward(ci, cfg, dv);
+      std::vector<float> dout(static_cast<size_t>(B * T), 0.0f);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j < n; ++j) {
+          dout[static_cast<size_t>(b * T + start + j)] = dv[static_cast<size_t>(b * n + j)];
+        }
+      }
+      ZT_RETURN_IF_ERROR(m_.critic_engine.backward_outputs(
+          Tensor::from_floats(dout, {B, T}, DType::f32), static_cast<float>(critic_loss)));
+      ZT_RETURN_IF_ERROR(m_.critic_engine.step());
+      st.actor_loss += actor_loss / steps;
+      st.critic_loss += critic_loss / steps;
+      if (!unsup.empty()) {
+        // The actor on a language-model batch: its mean loss over the counted targets, times
+        // unsup_coef (DeepSpeed-Chat's actor_model.backward(unsup_coef * loss)).
+        const auto& [tokens, targets] = unsup[unsup_order[i]];
+        ZT_ASSIGN_OR_RETURN(const double mean,
+                            scaled_lm_step(m_.actor_engine, tokens, targets, o_.unsup_coef));
+        st.unsup_loss += mean / steps;
+      }
+      if (after_actor_step_) ZT_RETURN_IF_ERROR(after_actor_step_());
+    }
+    // As DeepSpeed-Chat after each PPO epoch: the experiences and the unsupervised batches in
+    // new (independent) orders; the same on every rank.
+    std::shuffle(exp_order.begin(), exp_order.end(), shuffle_rng_);
+    std::shuffle(unsup_order.begin(), unsup_order.end(), shuffle_rng_);
+  }
   st.train_s = seconds_since(t0);
-  st.generate_s = e.generate_s;
-  st.answer_len_mean = static_cast<double>(e.generated_tokens) / static_cast<double>(B);
-  st.generate_tokens_per_s = e.generate_s > 0 ? e.generated_tokens / e.generate_s : 0;
+  st.answer_len_mean = static_cast<double>(generated) / static_cast<double>(rows);
+  st.generate_tokens_per_s = st.generate_s > 0 ? static_cast<double>(generated) / st.generate_s : 0;
   st.train_tokens_per_s =
-      st.train_s > 0 ? 2.0 * o_.ppo_epochs * static_cast<double>(B * T) / st.train_s : 0;
+      st.train_s > 0 ? 2.0 * o_.ppo_epochs * static_cast<double>(trained) / st.train_s : 0;
   return st;
 }
 
-Result<PpoRoundStats> PpoTrainer::round(const std::vector<std::vector<int32_t>>& prompts) {
-  ZT_ASSIGN_OR_RETURN(PpoExperience e, generate_experience(prompts));
-  ++rounds_;
-  return train_rlhf(e);
+Result<PpoRoundStats> PpoTrainer::round(
+    const std::vector<std::vector<std::vector<int32_t>>>& batches) {
+  std::vector<PpoExperience> exps;
+  for (const auto& prompts : batches) {
+    ZT_ASSIGN_OR_RETURN(PpoExperience e, generate_experience(prompts));
+    exps.push_back(std::move(e));
+  }
+  return train_rlhf(exps);
 }
 
 }  // namespace zt::tasks

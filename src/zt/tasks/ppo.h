@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -45,6 +47,12 @@ struct PpoOptions {
   // (tokens and next-token targets, (B,T) i32, -100 not counted), that loss times unsup_coef.
   std::function<Result<std::pair<Tensor, Tensor>>()> unsup_next{};
   double unsup_coef = 27.8;
+  // DeepSpeed-Chat's --enable-hybrid-engine: the actor's weights gathered whole once per
+  // generation phase (Engine::hold_full_weights; at ZeRO-3 on several ranks, one gather instead
+  // of one per unit per decode step), generation and the experience's actor forward run on them
+  // without hooks or per-step agreement between ranks, then the gathered copy is released
+  // before training. Below ZeRO-3 the weights are whole already and nothing changes.
+  bool hybrid_engine = false;
 };
 
 // The reward of each row: B scores from the finished rows (prompt + answer, right-padded) and
@@ -108,10 +116,22 @@ class PpoTrainer {
   // B prompts of one length (token ids): the experience of one round. Collective over the
   // engines' ranks (every rank passes its own prompts, of the same count and lengths).
   Result<PpoExperience> generate_experience(const std::vector<std::vector<int32_t>>& prompts);
-  // The PPO epochs over one experience: actor and critic steps. Collective.
-  Result<PpoRoundStats> train_rlhf(const PpoExperience& exp);
-  // Both in turn.
-  Result<PpoRoundStats> round(const std::vector<std::vector<int32_t>>& prompts);
+  // The PPO epochs over a round's experiences (DeepSpeed-Chat's --generation-batches of them):
+  // each epoch one actor and one critic step on each experience in turn, then (with
+  // unsup_next) one unsupervised actor step, on the round's unsupervised batches (drawn once a
+  // round, one per experience, reused by every epoch), then set_after_actor_step's call; after
+  // each epoch the experiences and the unsupervised batches are shuffled, each on its own, as
+  // DeepSpeed-Chat's loop does. Collective.
+  Result<PpoRoundStats> train_rlhf(std::span<const PpoExperience> exps);
+  Result<PpoRoundStats> train_rlhf(const PpoExperience& exp) { return train_rlhf({&exp, 1}); }
+  // A round: the experience of each batch of prompts in turn, then train_rlhf on all of them.
+  Result<PpoRoundStats> round(const std::vector<std::vector<std::vector<int32_t>>>& batches);
+  Result<PpoRoundStats> round(const std::vector<std::vector<int32_t>>& prompts) {
+    return round(std::vector<std::vector<std::vector<int32_t>>>{prompts});
+  }
+  // Called after every PPO step of the actor (and its unsupervised step): the EMA of
+  // DeepSpeed-Chat's --enable-ema.
+  void set_after_actor_step(std::function<Status()> fn) { after_actor_step_ = std::move(fn); }
 
  private:
   // -log p(seq[t+1]) at every position t < T-1 of `seq` under `model` (evaluation, no gradient).
@@ -119,7 +139,9 @@ class PpoTrainer {
                                const Tensor& seq, const Tensor& targets);
   PpoModels m_;
   PpoOptions o_;
-  int64_t rounds_ = 0;
+  std::function<Status()> after_actor_step_{};
+  std::mt19937_64 shuffle_rng_;  // the experiences' order in each PPO epoch
+  int64_t generations_ = 0;  // each draws from its own seed
 };
 
 }  // namespace zt::tasks

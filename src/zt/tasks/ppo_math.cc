@@ -228,14 +228,4 @@ void critic_loss_backward(const CriticLossInputs& in, const PpoConfig& config,
   }
 }
 
-void ema_update(std::span<float> ema, std::span<const float> param, float beta) {
-  ZT_ASSERT(ema.size() == param.size(), "ppo::ema_update: ema holds {} values, param {}",
-            ema.size(), param.size());
-  for (size_t i = 0; i < ema.size(); ++i) {
-    const float start = param[i], end = ema[i];  // torch.lerp(start = param, end = ema, beta)
-    ema[i] =
-        std::abs(beta) < 0.5f ? start + beta * (end - start) : end - (end - start) * (1.0f - beta);
-  }
-}
-
 }  // namespace zt::tasks::ppo

@@ -133,9 +133,4 @@ double critic_loss(const CriticLossInputs& in, const PpoConfig& config);
 void critic_loss_backward(const CriticLossInputs& in, const PpoConfig& config,
                           std::span<float> d_values);
 
-// ema = beta * ema + (1 - beta) * param, elementwise, in place. DeepSpeed-Chat's moving_average
-// writes torch.lerp(param, ema, beta), whose float formula for beta >= 0.5 is
-// ema - (ema - param) * (1 - beta); this uses the same formula in float.
-void ema_update(std::span<float> ema, std::span<const float> param, float beta = kEmaBeta);
-
 }  // namespace zt::tasks::ppo

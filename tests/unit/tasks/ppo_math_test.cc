@@ -619,32 +619,6 @@ TEST(PpoLosses, AllMaskedGivesZeroLossAndGradientNotNaN) {
   EXPECT_EQ(g, Vec(3, 0.0f));
 }
 
-// ---- EMA ----
-
-TEST(PpoEma, EqualsBetaWeightedMean) {
-  // By hand: ema 1, param 0 -> 0.992; ema 0, param 1 -> 0.008; ema = param stays.
-  Vec ema = {1.0f, 0.0f, 3.5f};
-  ema_update(ema, Vec{0.0f, 1.0f, 3.5f});
-  EXPECT_NEAR(ema[0], 0.992, 1e-7);
-  EXPECT_NEAR(ema[1], 0.008, 1e-7);
-  EXPECT_EQ(ema[2], 3.5f);
-
-  // Random, against beta * ema + (1 - beta) * param in double.
-  std::mt19937 rng(6);
-  Vec e = uniform(100, -3.0f, 3.0f, rng);
-  const Vec p = uniform(100, -3.0f, 3.0f, rng), e0 = e;
-  ema_update(e, p);
-  for (size_t i = 0; i < e.size(); ++i) {
-    const double want = 0.992 * e0[i] + 0.008 * double{p[i]};
-    EXPECT_NEAR(e[i], want, 1e-6) << i;
-  }
-
-  // From 0 toward a constant param p, k updates give p * (1 - beta^k).
-  Vec acc = {0.0f};
-  for (int step = 0; step < 500; ++step) ema_update(acc, Vec{2.0f});
-  EXPECT_NEAR(acc[0], 2.0 * (1 - std::pow(0.992, 500)), 1e-4);
-}
-
 // ---- contracts ----
 
 TEST(PpoMathDeathTest, WrongSizesAndStartAbort) {
