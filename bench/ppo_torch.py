@@ -7,9 +7,12 @@ dschat/rlhf/ppo_trainer.py and one actor and one critic step. The shape is ZeroT
 size (bench/llama_torch.py's SHAPES), the prompts random token ids of one length, every answer
 --answer tokens long (min_new_tokens: no early end), as zt's named sizes generate without an
 end-of-sequence id. Prints one JSON line: the median round's generation and training time,
-tokens/s of each, and the peak memory."""
+tokens/s of each, and the peak memory. Under torchrun (WORLD_SIZE > 1) the actor and critic are
+wrapped in DistributedDataParallel (NCCL) and every rank answers --batch prompts a round, as a
+DDP user would write it; rank 0's figures are printed (per GPU)."""
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -52,27 +55,36 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     args = ap.parse_args()
-    dev = torch.device("cuda")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(dev)
+    if world > 1:
+        torch.distributed.init_process_group("nccl", device_id=dev)
     torch.manual_seed(0)
     cfg = config(args.model)
     actor = LlamaForCausalLM(cfg).to(dev)
     critic = Critic(cfg).to(dev)
+    actor_gen = actor  # generate() runs on the module itself (no DDP hooks)
     ref = LlamaForCausalLM(cfg).to(dev, torch.bfloat16).eval()
     ref.load_state_dict(actor.state_dict())
     reward = Critic(cfg).to(dev, torch.bfloat16).eval()
     reward.load_state_dict(critic.state_dict())
+    if world > 1:
+        actor = torch.nn.parallel.DistributedDataParallel(actor, device_ids=[dev.index])
+        critic = torch.nn.parallel.DistributedDataParallel(critic, device_ids=[dev.index])
     a_opt = torch.optim.AdamW(actor.parameters(), lr=1e-5, fused=True)
     c_opt = torch.optim.AdamW(critic.parameters(), lr=5e-6, fused=True)
     kl_ctl, clip_reward, cliprange, cliprange_value, gamma, lam = 0.1, 5.0, 0.2, 0.2, 1.0, 0.95
     gen_times, train_times = [], []
     B, P, A = args.batch, args.prompt, args.answer
     for r in range(args.warmup + args.rounds):
-        prompts = torch.randint(0, cfg.vocab_size, (B, P), device=dev)
+        prompts = torch.randint(0, cfg.vocab_size, (B, P), device=dev)  # (the same seed: any rows)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
             actor.eval()
-            seq = actor.generate(prompts, max_new_tokens=A, min_new_tokens=A, do_sample=False,
+            seq = actor_gen.generate(prompts, max_new_tokens=A, min_new_tokens=A, do_sample=False,
                                  pad_token_id=0, eos_token_id=None, use_cache=True)
             actor.train()
         torch.cuda.synchronize()
@@ -119,7 +131,12 @@ def main():
             train_times.append(t2 - t1)
     g, t = statistics.median(gen_times), statistics.median(train_times)
     T = P + A
-    print(json.dumps({"impl": "torch-transformers", "model": args.model, "batch": B, "prompt": P,
+    if world > 1:
+        torch.distributed.destroy_process_group()
+    if rank != 0:
+        return
+    print(json.dumps({"impl": "torch-transformers" + ("-ddp" if world > 1 else ""),
+                      "gpus": world, "model": args.model, "batch": B, "prompt": P,
                       "answer": A, "generate_s": g, "train_s": t, "round_s": g + t,
                       "generate_tokens_per_s": B * A / g,
                       "train_tokens_per_s": 2 * B * T / t,

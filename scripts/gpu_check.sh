@@ -25,7 +25,8 @@
 # Section `vision` trains AlexNet on CIFAR-10's binary format (GPU against the CPU, bf16 next to
 # PyTorch) and writes the PyTorch fixture of tests/fixtures/vision.
 # Section `rlhf` runs zt train --task ppo on the GPU against the CPU and in bf16 at ZeRO 0 and 3;
-# section `rlhf_bench` (not in the default list) times a Llama 1B PPO round next to PyTorch.
+# section `rlhf_bench` (not in the default list) times a Llama 1B PPO round next to PyTorch;
+# `rlhf_2gpu` (not in the default list; 2 GPUs) DeepSpeed-Chat's 256 + 256 round on 1 and 2 GPUs.
 # ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
@@ -1116,6 +1117,90 @@ print(f"rlhf_bench: PPO round, 16 x (64 + 64) tokens: zerotrain {zr:.3f} s (gene
 RPY
 fi
 
+if on rlhf_2gpu; then
+# DeepSpeed-Chat's shape of step 3 (prompts of 256 tokens, answers of 256) with a Llama-shaped
+# actor and critic (ZT_RLHF_MODEL, default llama-1b), 16 prompts a GPU a round, bf16, AdamW:
+# zt train --task ppo on one GPU (ZeRO 0), on two at ZeRO 3 without and with
+# --enable-hybrid-engine, next to the same round in PyTorch + transformers on one GPU and on two
+# (DDP, torchrun). Needs 2 GPUs.
+rm_=${ZT_RLHF_MODEL:-llama-1b}
+rd=${ZT_RLHF_DIR:-/tmp/zt_rlhf}
+mkdir -p "$rd"
+echo "== rlhf_2gpu: $rm_ PPO rounds (256 + 256 tokens) on 1 and 2 GPUs next to PyTorch"
+python3 - "$rd" <<'RPY'
+import json, random, sys
+random.seed(0)
+with open(f"{sys.argv[1]}/ids256.jsonl", "w") as f:
+    for _ in range(512):
+        f.write(json.dumps({"input_ids": [random.randrange(3, 32000) for _ in range(256)]}) + "\n")
+RPY
+cat >"$rd/bench16.json" <<JSON
+{"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+ "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-5}}}
+JSON
+ppo_args=(train --config "$rd/bench16.json" --task ppo --actor "$rm_" --critic "$rm_"
+  --data "$rd/ids256.jsonl" --max-prompt-seq-len 256 --max-answer-seq-len 256 --critic-lr 5e-6
+  --steps 5 --device cuda)
+"$bin"/zt "${ppo_args[@]}" --metrics-out "$out/rlhf2_zt1.jsonl" >"$out/rlhf2_zt1.log" 2>&1 ||
+  tail -5 "$out/rlhf2_zt1.log"
+for v in z3 he; do
+  extra=(--actor-zero-stage 3 --critic-zero-stage 3)
+  [ $v = he ] && extra+=(--enable-hybrid-engine)
+  "$bin"/zt launch --num_procs 2 "$bin"/zt "${ppo_args[@]}" "${extra[@]}" \
+    --metrics-out "$out/rlhf2_zt2_$v.jsonl" >"$out/rlhf2_zt2_$v.log" 2>&1 || tail -5 "$out/rlhf2_zt2_$v.log"
+done
+LD_LIBRARY_PATH="$torch_ld" python3 bench/ppo_torch.py --model "$rm_" --batch 16 --prompt 256 \
+  --answer 256 --rounds 3 >"$out/rlhf2_torch1.jsonl" 2>"$out/rlhf2_torch1.log" || tail -5 "$out/rlhf2_torch1.log"
+LD_LIBRARY_PATH="$torch_ld" torchrun --nproc_per_node 2 bench/ppo_torch.py --model "$rm_" \
+  --batch 16 --prompt 256 --answer 256 --rounds 3 >"$out/rlhf2_torch2.jsonl" \
+  2>"$out/rlhf2_torch2.log" || tail -5 "$out/rlhf2_torch2.log"
+python3 - "$out" <<'RPY' | tee "$out/rlhf_2gpu.txt"
+import json, statistics, sys
+out = sys.argv[1]
+def zt(name):
+    try:
+        rows = [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()][1:]
+        return {k: statistics.median(r[k] for r in rows) for k in ("round_s", "generate_s", "train_s", "generate_tokens_per_s")}
+    except Exception as e:
+        return None
+def torch_(name):
+    try:
+        return json.loads(open(f"{out}/{name}.jsonl").read())
+    except Exception:
+        return None
+runs = {"zt 1 GPU (ZeRO 0)": zt("rlhf2_zt1"), "zt 2 GPUs ZeRO 3": zt("rlhf2_zt2_z3"),
+        "zt 2 GPUs ZeRO 3 + hybrid engine": zt("rlhf2_zt2_he"),
+        "torch 1 GPU": torch_("rlhf2_torch1"), "torch 2 GPUs DDP": torch_("rlhf2_torch2")}
+for name, r in runs.items():
+    if r is None:
+        print(f"rlhf_2gpu: {name}: missing FAIL")
+        continue
+    q = 16 / r["round_s"]
+    print(f"rlhf_2gpu: {name}: round {r['round_s']:.3f} s (generate {r['generate_s']:.3f}, train "
+          f"{r['train_s']:.3f}), generation {r['generate_tokens_per_s']:.0f} tokens/s per GPU, "
+          f"{q:.2f} prompts/s per GPU")
+z1, z3, he, t1, t2 = runs.values()
+try:
+    a = [json.loads(l) for l in open(f"{out}/rlhf2_zt2_z3.jsonl") if l.strip()]
+    b = [json.loads(l) for l in open(f"{out}/rlhf2_zt2_he.jsonl") if l.strip()]
+    keys = ("reward_mean", "kl", "actor_loss", "critic_loss", "answer_len_mean")
+    same = all(x[k] == y[k] for x, y in zip(a, b) for k in keys) and len(a) == len(b) > 0
+    print(f"rlhf_2gpu: hybrid engine vs per-unit gathers, rounds' rewards, KL and losses: "
+          f"{'identical ok' if same else 'differ FAIL'}")
+except Exception as e:
+    print(f"rlhf_2gpu: hybrid comparison missing ({e}) FAIL")
+if he and z3:
+    print(f"rlhf_2gpu: hybrid engine on 2 GPUs: generation {he['generate_tokens_per_s'] / z3['generate_tokens_per_s']:.2f}x "
+          f"ZeRO-3's per-unit gathers, round {z3['round_s'] / he['round_s']:.2f}x")
+if he and t2:
+    print(f"rlhf_2gpu: 2 GPUs: zt hybrid vs torch DDP: round {t2['round_s'] / he['round_s']:.2f}x, generation "
+          f"{he['generate_tokens_per_s'] / t2['generate_tokens_per_s']:.2f}x transformers' generate")
+if z1 and t1:
+    print(f"rlhf_2gpu: 1 GPU: zt vs torch: round {t1['round_s'] / z1['round_s']:.2f}x, generation "
+          f"{z1['generate_tokens_per_s'] / t1['generate_tokens_per_s']:.2f}x")
+RPY
+fi
+
 echo
 python3 - "$out" "$gpu_rc" "$train_rc" "$export_rc" <<'PY'
 import json, sys
@@ -1137,7 +1222,7 @@ if gpu_rc == -1:
 print(f"GPU tests: {tests}{'' if gpu_rc == -1 else f' ({ran(gpu_rc)})'};  "
       f"zt train gpt2 bf16: {ran(train_rc)};  "
       f"export to transformers: {ran(export_rc)}")
-for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt", "rlhf.txt", "rlhf_bench.txt"):  # one line per check, ending ok or FAIL
+for name in ("tasks.txt", "lora.txt", "monitors.txt", "vision.txt", "rlhf.txt", "rlhf_bench.txt", "rlhf_2gpu.txt"):  # one line per check, ending ok or FAIL
     try:
         for line in open(f"{out}/{name}"):
             print(line.rstrip())
