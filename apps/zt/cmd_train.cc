@@ -203,7 +203,10 @@ const std::vector<FlagSpec> kFlags = {
     {"--enable-hybrid-engine", FlagKind::kSwitch,
      "ppo: DeepSpeed's hybrid engine: the actor's ZeRO-3 shards gathered once per generation "
      "phase, generation without per-token collectives, the copy released before training"},
-    {"--inference-tp-size", FlagKind::kValue, "ppo: (not yet) tensor-parallel generation", "T"},
+    {"--inference-tp-size", FlagKind::kValue,
+     "ppo, with --enable-hybrid-engine: generation on the actor split over groups of T ranks "
+     "(heads, MLP width, vocabulary)",
+     "T"},
     {"--pipeline-parallel-size", FlagKind::kValue,
      "pipeline parallelism: split the model's units into P stages (DeepSpeed's PipelineModule "
      "num_stages), the ranks into P x (ranks / P) data-parallel pipelines; each batch's "

@@ -33,12 +33,11 @@
 #include "zt/tasks/lora.h"
 #include "zt/tasks/ppo.h"
 #include "zt/tasks/reward.h"
+#include "zt/tasks/tp_inference.h"
 
 namespace zt::cli {
 namespace {
 
-// DeepSpeed-Chat flags that ZeroTrain does not run yet, each refused by name.
-constexpr const char* kNotYet[] = {"--inference-tp-size"};
 // Flags of other tasks that mean nothing here.
 constexpr const char* kOtherTasks[] = {
     "--model", "--seq-len", "--eval-data", "--train-on-prompt", "--pack", "--lora-dim",
@@ -77,13 +76,6 @@ Result<DeepSpeedConfig> model_config(const std::string& path, int world, std::op
 }  // namespace
 
 int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_values) {
-  for (const char* f : kNotYet) {
-    if (a.has(f)) {
-      return fail(invalid_argument("{} is not supported by --task ppo yet (docs/rlhf.md lists "
-                                   "what step 3 runs)",
-                                   f));
-    }
-  }
   for (const char* f : kOtherTasks) {
     if (a.has(f)) {
       return fail(invalid_argument(
@@ -113,7 +105,8 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
     if (!*r) return fail(r->status());
   }
   tasks::PpoOptions po;
-  po.hybrid_engine = a.has("--enable-hybrid-engine");
+  auto inference_tp = int_flag("--inference-tp-size", 1, 1);
+  if (!inference_tp) return fail(inference_tp.status());
   po.ppo_epochs = static_cast<int>(*ppo_epochs);
   po.max_answer_len = static_cast<int>(*max_answer);
   for (auto [flag, dst] : {std::pair{"--kl-ctl", &po.ppo.kl_ctl},
@@ -162,6 +155,31 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   }
   auto comm = communicator_create(*env, device);
   if (!comm) return fail(comm.status());
+  // The hybrid engine: --enable-hybrid-engine / --inference-tp-size, or the config's
+  // hybrid_engine block (enabled, inference_tp_size), as DeepSpeed-Chat writes it; flags win.
+  {
+    const nlohmann::json he = actor_cfg->blocks.is_object() && actor_cfg->blocks.contains("hybrid_engine")
+                                  ? actor_cfg->blocks["hybrid_engine"]
+                                  : nlohmann::json();
+    const bool in_config = he.is_object();
+    po.hybrid_engine = a.has("--enable-hybrid-engine") ||
+                       (in_config && he.value("enabled", false) == true);
+    if (!a.has("--inference-tp-size") && in_config && he.contains("inference_tp_size")) {
+      const auto& v = he["inference_tp_size"];
+      if (!v.is_number_integer() || v.get<int64_t>() < 1) {
+        return fail(invalid_argument("{}: hybrid_engine.inference_tp_size must be a positive "
+                                     "integer, got {}",
+                                     *config_path, v.dump()));
+      }
+      *inference_tp = v.get<int64_t>();
+    }
+    if (*inference_tp > 1 && !po.hybrid_engine) {
+      return fail(invalid_argument(
+          "--inference-tp-size {} splits the hybrid engine's generation: give "
+          "--enable-hybrid-engine too",
+          *inference_tp));
+    }
+  }
 
   // Models: actor (trained) and reference (frozen) from --actor (--ref); critic (trained) and
   // reward (frozen) from --critic, a value head added to a causal model.
@@ -308,7 +326,11 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                 "epoch(s) a round{}{}",
                 prompts, data_values[0], batches.size(), B, *actor_name, actor_cfg->zero.stage,
                 *critic_name, critic_cfg->zero.stage, *max_answer, G, *ppo_epochs,
-                po.hybrid_engine ? ", hybrid engine" : "", a.has("--enable-ema") ? ", EMA" : "");
+                !po.hybrid_engine ? ""
+                : *inference_tp > 1
+                    ? fmt::format(", hybrid engine generating over {} ranks", *inference_tp)
+                    : std::string(", hybrid engine"),
+                a.has("--enable-ema") ? ", EMA" : "");
   }
 
   // The unsupervised mix: windows of max_prompt + max_answer tokens of a token file, each PPO
@@ -342,6 +364,15 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   if (auto eos = model_eos_id(actor_choice->source_dir)) {
     po.generation.eos_token_ids = {*eos};
     po.pad_id = *eos;
+  }
+  // --inference-tp-size T: generation on a tensor-parallel layout of the actor over groups of T
+  // ranks (tasks/tp_inference.h).
+  std::unique_ptr<tasks::TpInference> tp_inference;
+  if (*inference_tp > 1) {
+    auto t = tasks::TpInference::create(actor, **actor_e, **comm, static_cast<int>(*inference_tp));
+    if (!t) return fail(t.status().with_context("--inference-tp-size"));
+    tp_inference = std::move(t).value();
+    po.tp_inference = tp_inference.get();
   }
   tasks::PpoTrainer trainer(
       {.actor = actor,

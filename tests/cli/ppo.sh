@@ -9,9 +9,10 @@
 # their --enable-ema average (actor_ema); with --enable-hybrid-engine the 2-rank actor is the same
 # bit for bit; answers that end at the model's eos at different steps on 2 ranks at ZeRO 3
 # (pre-tokenized prompts) run through (the ranks keep decoding together; with the hybrid engine
-# each stops on its own) with the same rounds either way; --generation-batches 2 answers two
-# batches a round; the DeepSpeed-Chat flag step 3 does not run yet, and PPO flags without
-# --task ppo, are refused by name.
+# each stops on its own) with the same rounds either way; --inference-tp-size 2 generates on
+# halves of the actor (the hybrid run bit for bit on 2 ranks, the one-process run on 4 ranks in
+# 2 groups); --generation-batches 2 answers two batches a round; misused flags are refused by
+# name.
 # Usage: ppo.sh ZT_BINARY SOURCE_DIR
 set -u
 zt=$1
@@ -108,6 +109,31 @@ if "$zt" launch --num_procs 2 "$zt" train --config "$tmp/ds4.json" "${common[@]}
   ok "--enable-hybrid-engine on 2 ranks at ZeRO 3: the same actor, bit for bit"
 else
   bad "--enable-hybrid-engine: $(tail -3 "$tmp/err7")"
+fi
+# --inference-tp-size 2: the 2 ranks generate together on their halves of the actor (heads, MLP
+# width, vocabulary split); greedy f32 answers equal the whole model's here, so the run is the
+# hybrid run bit for bit. Then 4 ranks in 2 groups of 2 against the one-process run.
+if "$zt" launch --num_procs 2 "$zt" train --config "$tmp/ds4.json" "${common[@]}" \
+    --actor-zero-stage 3 --critic-zero-stage 3 --enable-hybrid-engine --inference-tp-size 2 \
+    --save "$tmp/tp2" >"$tmp/out10" 2>"$tmp/err10" && grep -q "generating over 2 ranks" "$tmp/err10" &&
+    "$zt" ckpt to-fp32 "$tmp/tp2/actor" "$tmp/fp_tp2_actor" >/dev/null 2>&1 &&
+    python3 "$tmp/compare.py" "$tmp/fp_hyb_actor/model.safetensors" "$tmp/fp_tp2_actor/model.safetensors" tp2 0; then
+  ok "--inference-tp-size 2 on 2 ranks: the hybrid run's actor, bit for bit"
+else
+  bad "--inference-tp-size 2: $(tail -3 "$tmp/err10")"
+fi
+cat >"$tmp/ds2.json" <<'EOF2'
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.0}}}
+EOF2
+if "$zt" launch --num_procs 4 "$zt" train --config "$tmp/ds2.json" "${common[@]}" \
+    --actor-zero-stage 3 --critic-zero-stage 3 --enable-hybrid-engine --inference-tp-size 2 \
+    --save "$tmp/tp4" >"$tmp/out11" 2>"$tmp/err11" &&
+    "$zt" ckpt to-fp32 "$tmp/tp4/actor" "$tmp/fp_tp4_actor" >/dev/null 2>&1 &&
+    python3 "$tmp/compare.py" "$tmp/fp_one_actor/model.safetensors" "$tmp/fp_tp4_actor/model.safetensors" tp2x2 1e-4; then
+  ok "--inference-tp-size 2 on 4 ranks (2 groups): the one-process actor"
+else
+  bad "--inference-tp-size 2 on 4 ranks: $(tail -3 "$tmp/err11")"
 fi
 # A model whose answers end at its eos (the llama fixture: eos_token_id 2) with pre-tokenized
 # prompts, on 2 ranks at ZeRO 3: rows finish at different steps on the two ranks, whose decode
@@ -211,8 +237,10 @@ expect_error() {  # name, text, command...
   if "$@" >"$tmp/o" 2>"$tmp/e"; then bad "$name: succeeded"; return; fi
   grep -q -- "$want" "$tmp/e" && ok "$name" || bad "$name: $(tail -1 "$tmp/e")"
 }
-expect_error "refuses --inference-tp-size" "--inference-tp-size is not supported by --task ppo yet" \
+expect_error "--inference-tp-size needs the hybrid engine" "give --enable-hybrid-engine too" \
   "$zt" train --config "$tmp/ds8.json" "${common[@]}" --inference-tp-size 2
+expect_error "--inference-tp-size must divide the ranks" "must divide the 1 ranks" \
+  "$zt" train --config "$tmp/ds8.json" "${common[@]}" --enable-hybrid-engine --inference-tp-size 2
 expect_error "needs --critic" "needs --actor DIR" \
   "$zt" train --config "$tmp/ds8.json" --task ppo --actor llama-tiny --data "$tmp/prompts.jsonl"
 expect_error "PPO flags need --task ppo" "--kl-ctl belongs to --task ppo" \

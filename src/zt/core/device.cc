@@ -377,6 +377,23 @@ void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_de
 #endif
 }
 
+void memory_copy_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                          size_t width, size_t height, Device d, const Stream& stream) {
+  if (width == 0 || height == 0) return;
+  if (d.is_cpu()) {
+    for (size_t r = 0; r < height; ++r) {
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                  static_cast<const char*>(src) + r * src_pitch, width);
+    }
+    return;
+  }
+#if ZT_HAVE_CUDA
+  cuda::memcpy_2d_async(dst, dst_pitch, src, src_pitch, width, height, stream.handle());
+#else
+  no_cuda();
+#endif
+}
+
 #if ZT_HAVE_CUDA
 namespace {
 

@@ -138,6 +138,10 @@ void memory_copy(void* dst, Device dst_dev, const void* src, Device src_dev, siz
 // (and every copy on the CPU) is a plain memcpy.
 void memory_copy_async(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes,
                        const Stream& stream);
+// `height` rows of `width` bytes within one device's memory, the rows `dst_pitch` and
+// `src_pitch` bytes apart (a block of columns of a row-major matrix), enqueued on `stream`.
+void memory_copy_2d_async(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                          size_t width, size_t height, Device d, const Stream& stream);
 void memory_zero(void* dst, Device d, size_t bytes, const Stream& stream = {});
 // Page-locked (pinned) host memory, which the GPU reads and writes by DMA, so copies to and from
 // it overlap with host work. Ordinary 64-byte aligned host memory in a build without CUDA or on a

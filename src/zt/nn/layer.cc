@@ -142,6 +142,24 @@ Tensor sp_reduce_scatter(Context& ctx, const Tensor& whole, const Tensor& into) 
   return part;
 }
 
+Tensor tp_gather_columns(Context& ctx, const Tensor& part) {
+  ZT_ASSERT(part.ndim() == 2, "tp_gather_columns takes (N, M), got {}", part.shape().str());
+  const int64_t N = part.size(0), M = part.size(1), T = ctx.tp_size;
+  Tensor stacked = Tensor::empty({T, N, M}, part.dtype(), ctx.device, ctx.stream);
+  tp_finish(ctx, ctx.tp_comm->all_gather(stacked, part, ctx.stream));
+  // (on the CPU the collective is complete here; on a GPU it is ordered before the copies)
+  Tensor whole = Tensor::empty({N, T * M}, part.dtype(), ctx.device, ctx.stream);
+  const size_t e = dtype_size(part.dtype());
+  for (int64_t r = 0; r < T; ++r) {
+    memory_copy_2d_async(static_cast<char*>(whole.data()) + static_cast<size_t>(r * M) * e,
+                         static_cast<size_t>(T * M) * e,
+                         static_cast<const char*>(stacked.data()) + static_cast<size_t>(r * N * M) * e,
+                         static_cast<size_t>(M) * e, static_cast<size_t>(M) * e,
+                         static_cast<size_t>(N), ctx.device, ctx.stream);
+  }
+  return whole;
+}
+
 Tensor sp_part_of(Context& ctx, const Tensor& whole) {
   const Shape shape = sp_shape(whole, ctx.tp_size, false);
   Tensor part = Tensor::empty(shape, whole.dtype(), ctx.device, ctx.stream);

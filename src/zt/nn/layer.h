@@ -86,6 +86,9 @@ Tensor sp_gather(Context& ctx, const Tensor& part);
 Tensor sp_reduce_scatter(Context& ctx, const Tensor& whole, const Tensor& into = Tensor());
 // This rank's rows of a tensor every rank holds whole and equal (no communication).
 Tensor sp_part_of(Context& ctx, const Tensor& whole);
+// The whole (N, T * M) from every tensor-parallel rank's columns (N, M): rank r's part becomes
+// columns [r M, (r + 1) M) (a vocabulary-parallel head's logits, for generation).
+Tensor tp_gather_columns(Context& ctx, const Tensor& part);
 
 class Unit {
  public:

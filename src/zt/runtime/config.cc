@@ -122,7 +122,11 @@ Status top_level_read(const Json& top, DeepSpeedConfig& c, Json& scalars) {
             "would rewrite the batch sizes); remove the block or set "
             "\"enabled\": false");
       }
-      if (enabled && k != "autotuning") {
+      if (enabled && k == "hybrid_engine") {
+        c.warnings.push_back(
+            "hybrid_engine: used by zt train --task ppo (the actor's generation, with "
+            "inference_tp_size); other tasks ignore the block");
+      } else if (enabled && k != "autotuning") {
         c.warnings.push_back(
             fmt::format("{}: a DeepSpeed feature ZeroTrain does not implement "
                         "yet; the block is ignored",

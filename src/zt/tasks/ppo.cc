@@ -6,6 +6,7 @@
 
 #include "zt/core/assert.h"
 #include "zt/runtime/engine.h"
+#include "zt/tasks/tp_inference.h"
 
 namespace zt::tasks {
 namespace {
@@ -127,7 +128,8 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   // The hybrid engine: the whole weights held for generation and the actor's log-probs (and
   // released on every way out); forwards then need no hooks and ranks no agreement.
   Engine& actor_engine = m_.actor_engine;
-  const bool held = o_.hybrid_engine && actor_engine.config().zero.stage == 3;
+  TpInference* tp = o_.hybrid_engine ? o_.tp_inference : nullptr;
+  const bool held = o_.hybrid_engine && tp == nullptr && actor_engine.config().zero.stage == 3;
   if (held) ZT_RETURN_IF_ERROR(actor_engine.hold_full_weights().with_context("hybrid engine"));
   struct Release {
     Engine* e;
@@ -137,7 +139,7 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   } release{held ? &actor_engine : nullptr};
   nn::UnitHooks* actor_hooks = held ? nullptr : actor_engine.hooks();
   Status sync = Status::ok();
-  if (!held && actor_engine.world_size() > 1) {
+  if (!held && tp == nullptr && actor_engine.world_size() > 1) {
     // Every rank decodes until the last rank's rows have finished (the actor's forwards are
     // collective under ZeRO-3; a rank whose rows ended early keeps stepping them, discarding).
     // A failed agreement stops generation and is the round's error.
@@ -149,8 +151,18 @@ Result<PpoExperience> PpoTrainer::generate_experience(
     };
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<std::vector<int32_t>> answers =
-      nn::generate_batch(m_.actor, actor_engine.eval_context(), prompts, g, actor_hooks);
+  std::vector<std::vector<int32_t>> answers;
+  if (tp != nullptr) {
+    // The tensor-parallel layout: filled, generated on by the group, freed (all counted as
+    // generation time, as the hybrid engine's switch is part of it).
+    ZT_RETURN_IF_ERROR(tp->fill());
+    auto a = tp->generate(prompts, g);
+    tp->release();
+    if (!a) return a.status();
+    answers = std::move(a).value();
+  } else {
+    answers = nn::generate_batch(m_.actor, actor_engine.eval_context(), prompts, g, actor_hooks);
+  }
   e.generate_s = seconds_since(t0);
   ZT_RETURN_IF_ERROR(sync.with_context("generation"));
 

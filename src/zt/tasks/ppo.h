@@ -34,6 +34,8 @@
 
 namespace zt::tasks {
 
+class TpInference;
+
 struct PpoOptions {
   ppo::PpoConfig ppo{};
   int ppo_epochs = 1;         // --ppo-epochs
@@ -53,6 +55,10 @@ struct PpoOptions {
   // without hooks or per-step agreement between ranks, then the gathered copy is released
   // before training. Below ZeRO-3 the weights are whole already and nothing changes.
   bool hybrid_engine = false;
+  // --inference-tp-size above 1 (with hybrid_engine): generation runs on this tensor-parallel
+  // inference layout (not owned), filled from the actor for each generation phase and freed
+  // after; the experience's actor log-probs then come from the training layout.
+  TpInference* tp_inference = nullptr;
 };
 
 // The reward of each row: B scores from the finished rows (prompt + answer, right-padded) and

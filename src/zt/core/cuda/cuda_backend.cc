@@ -149,6 +149,12 @@ void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stre
   ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kKinds[kind], static_cast<cudaStream_t>(stream)));
 }
 
+void memcpy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                     size_t height, void* stream) {
+  ZT_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height,
+                                  cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+}
+
 void* host_alloc_pinned(size_t bytes) {
   void* p = nullptr;
   // Portable: every device (and every stream) can copy to and from it by DMA.

@@ -51,6 +51,9 @@ void graph_destroy(void* graph, void* exec);
 
 // kind: 0 host->device, 1 device->host, 2 device->device, 3 host->host.
 void memcpy_async(void* dst, const void* src, size_t bytes, int kind, void* stream);
+// `height` rows of `width` bytes, device to device, rows `dpitch` / `spitch` bytes apart.
+void memcpy_2d_async(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                     size_t height, void* stream);
 // Page-locked host memory (cudaHostAlloc, portable); throws HostOutOfMemory when CUDA refuses.
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* ptr);

@@ -423,12 +423,15 @@ Tensor TransformerHead::forward(Context& ctx, const Tensor& x_in) {
   kernels::matmul_forward(logits_, features_, w, lm_bias_ != nullptr ? &lm_bias_->value : nullptr,
                           s);
   have_dlogits_ = false;
-  ZT_ASSERT(c_.tp_size == 1 || ctx.targets != nullptr,
-            "a tensor-parallel head computes losses, not logits (this rank holds {} of {} "
-            "vocabulary columns); generation and evaluation by logits run without tensor "
-            "parallelism",
-            Vp, c_.padded_vocab_size);
-  if (ctx.targets == nullptr) return logits_.reshape({B, T, Vp});
+  if (ctx.targets == nullptr) {
+    if (c_.tp_size == 1) return logits_.reshape({B, T, Vp});
+    // Vocabulary-parallel logits (generation): every rank's columns gathered, in rank order.
+    ZT_ASSERT(ctx.tp_comm != nullptr && ctx.tp_size == c_.tp_size,
+              "a tensor-parallel head (this rank holds {} of {} vocabulary columns) gives logits "
+              "only with its tensor-parallel group in the context",
+              Vp, c_.padded_vocab_size);
+    return tp_gather_columns(ctx, logits_).reshape({B, T, c_.padded_vocab_size});
+  }
   ZT_ASSERT(ctx.targets->numel() == rows, "targets {} for {} positions", ctx.targets->numel(), rows);
   Tensor losses = Tensor::empty({rows}, acc, ctx.device, s);
   Tensor targets = ctx.targets->reshape({rows});
