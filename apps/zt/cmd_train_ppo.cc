@@ -4,7 +4,7 @@
 // its ZeRO stage by --actor-zero-stage / --critic-zero-stage when given); the reference actor and
 // the reward model are evaluated only, from weights bound for inference (runtime/inference.h).
 // Each step is one round: every data-parallel rank answers train_micro_batch_size_per_gpu
-// prompts of one token length, then the PPO epochs train both models on that experience.
+// prompts (of neighbouring lengths), then the PPO epochs train both models on that experience.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -252,13 +252,13 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   auto rm_w = InferenceWeights::bind(**reward_model, device, dt, static_cast<uint64_t>(*seed));
   if (!rm_w) return fail(rm_w.status().with_context("reward model"));
 
-  // Prompts: the tokenizer of the actor; each prompt's last --max-prompt-seq-len tokens. Rounds
-  // take prompts of one length (the models run without padding masks), B per rank.
+  // Prompts: the tokenizer of the actor; each prompt's last --max-prompt-seq-len tokens; B per
+  // rank a round.
   // The tokenizer is opened for the first text prompt (pre-tokenized records need none).
   std::shared_ptr<const Tokenizer> tok;
   std::ifstream in(data_values[0]);
   if (!in) return fail(not_found("--data {}: cannot open it", data_values[0]));
-  std::map<size_t, std::vector<std::vector<int32_t>>> by_length;
+  std::vector<std::vector<int32_t>> all_prompts;
   std::string line;
   int64_t line_no = 0, prompts = 0;
   while (std::getline(in, line)) {
@@ -299,32 +299,36 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
     if (static_cast<int64_t>(ids->size()) > *max_prompt) {
       ids->erase(ids->begin(), ids->end() - *max_prompt);
     }
-    by_length[ids->size()].push_back(std::move(*ids));
+    all_prompts.push_back(std::move(*ids));
     ++prompts;
   }
   const int64_t B = actor_cfg->train_micro_batch_size_per_gpu;
-  // Every batch of B x world prompts of one length, in a seeded order (the same on every rank).
+  // Batches of B x world prompts of neighbouring lengths (sorted by length, so a batch's rows
+  // differ little and generation feeds few prompt tokens one by one), in a seeded order (the
+  // same on every rank); a last partial batch is left out.
+  std::stable_sort(all_prompts.begin(), all_prompts.end(),
+                   [](const auto& x, const auto& y) { return x.size() < y.size(); });
   std::vector<std::vector<std::vector<int32_t>>> batches;
-  for (auto& [len, rows] : by_length) {
-    for (size_t i = 0; i + static_cast<size_t>(B * world) <= rows.size(); i += static_cast<size_t>(B * world)) {
-      batches.emplace_back(rows.begin() + static_cast<std::ptrdiff_t>(i),
-                           rows.begin() + static_cast<std::ptrdiff_t>(i + static_cast<size_t>(B * world)));
-    }
+  const auto per_batch = static_cast<size_t>(B * world);
+  for (size_t i = 0; i + per_batch <= all_prompts.size(); i += per_batch) {
+    batches.emplace_back(all_prompts.begin() + static_cast<std::ptrdiff_t>(i),
+                         all_prompts.begin() + static_cast<std::ptrdiff_t>(i + per_batch));
   }
   const auto G = static_cast<size_t>(*gen_batches);
   if (batches.empty()) {
     return fail(invalid_argument(
-        "{}: {} prompts, but no {} of them share a token length (a round takes "
-        "train_micro_batch_size_per_gpu {} x {} ranks prompts of one length)",
-        data_values[0], prompts, B * world, B, world));
+        "{}: {} prompts, fewer than a round's train_micro_batch_size_per_gpu {} x {} ranks",
+        data_values[0], prompts, B, world));
   }
   std::mt19937_64 order(static_cast<uint64_t>(*seed));
   std::shuffle(batches.begin(), batches.end(), order);
   if (rank == 0) {
-    ZT_LOG_INFO("ppo: {} prompts from {}, {} rounds' batches of {} per rank; actor {} (ZeRO {}), "
+    ZT_LOG_INFO("ppo: {} prompts from {} ({} left out of the last batch), {} rounds' batches of {} "
+                "per rank; actor {} (ZeRO {}), "
                 "critic {} (ZeRO {}), answers up to {} tokens, {} generation batch(es) and {} PPO "
                 "epoch(s) a round{}{}",
-                prompts, data_values[0], batches.size(), B, *actor_name, actor_cfg->zero.stage,
+                prompts, data_values[0], all_prompts.size() % per_batch, batches.size(), B,
+                *actor_name, actor_cfg->zero.stage,
                 *critic_name, critic_cfg->zero.stage, *max_answer, G, *ppo_epochs,
                 !po.hybrid_engine ? ""
                 : *inference_tp > 1

@@ -60,13 +60,23 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
   ZT_ASSERT(!prompts.empty() && !prompts[0].empty(), "generate needs at least one prompt token");
   ZT_ASSERT(options.max_seq_len > 0, "generate needs max_seq_len");
   const int64_t B = static_cast<int64_t>(prompts.size());
-  const int64_t P = static_cast<int64_t>(prompts[0].size());
+  int64_t lo = static_cast<int64_t>(prompts[0].size()), hi = lo;
   for (const auto& p : prompts) {
-    ZT_ASSERT(static_cast<int64_t>(p.size()) == P, "prompts of one batch must have one length");
+    ZT_ASSERT(!p.empty(), "generate needs at least one token in every prompt");
+    lo = std::min<int64_t>(lo, static_cast<int64_t>(p.size()));
+    hi = std::max<int64_t>(hi, static_cast<int64_t>(p.size()));
   }
-  ZT_ASSERT(P <= options.max_seq_len, "prompt of {} tokens is longer than the context {}", P,
+  if (options.group_min_prompt > 0) {
+    ZT_ASSERT(options.group_min_prompt <= lo && options.group_max_prompt >= hi,
+              "the group's prompt lengths [{}, {}] do not span this batch's [{}, {}]",
+              options.group_min_prompt, options.group_max_prompt, lo, hi);
+    lo = options.group_min_prompt;
+    hi = options.group_max_prompt;
+  }
+  ZT_ASSERT(hi <= options.max_seq_len, "prompt of {} tokens is longer than the context {}", hi,
             options.max_seq_len);
-  const int64_t total = std::min<int64_t>(P + options.max_new_tokens, options.max_seq_len);
+  const int64_t P = lo;  // the first forward's length
+  const int64_t total = std::min<int64_t>(hi + options.max_new_tokens, options.max_seq_len);
   ctx.mode = Mode::kEval;
   ctx.targets = nullptr;
   ctx.attention_mask = nullptr;
@@ -81,7 +91,8 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
   ZT_ASSERT(vocab > 0, "generate needs the vocabulary size");
   std::mt19937_64 rng(options.seed);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
-  std::vector<std::vector<int32_t>> seqs = prompts, out(static_cast<size_t>(B));
+  std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(B)), out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) seqs[b].assign(prompts[b].begin(), prompts[b].begin() + P);
   std::vector<bool> done(static_cast<size_t>(B), false);
   GenerateStats local;
   GenerateStats& st = stats != nullptr ? *stats : local;
@@ -122,11 +133,19 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
     }
     bool all_done = true;
     for (int64_t b = 0; b < B; ++b) {
+      const auto& prompt = prompts[b];
+      if (len < static_cast<int64_t>(prompt.size())) {
+        // Still inside this row's prompt: its own next token, not the prediction.
+        seqs[b].push_back(prompt[static_cast<size_t>(len)]);
+        all_done = false;
+        continue;
+      }
       const int32_t next = next_ids[b];
       seqs[b].push_back(next);
       if (!done[b]) out[b].push_back(next);
       if (std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), next) !=
-          options.eos_token_ids.end()) {
+              options.eos_token_ids.end() ||
+          static_cast<int64_t>(out[b].size()) >= options.max_new_tokens) {
         done[b] = true;
       }
       all_done = all_done && done[b];

@@ -33,6 +33,10 @@ struct GenerateOptions {
   // has finished, and generation stops when it returns true (an all-reduce over the ranks);
   // unset, a rank stops as soon as its own rows have.
   std::function<bool(bool local_done)> everyone_done{};
+  // Prompts of different lengths (see generate_batch): the shortest and longest prompt length
+  // of all the ranks that generate together (everyone_done), so that every rank runs the same
+  // forwards; 0: this batch's own.
+  int64_t group_min_prompt = 0, group_max_prompt = 0;
 };
 
 // Where the time went (wall clock; every step ends with its logits on the host, so no device
@@ -43,8 +47,12 @@ struct GenerateStats {
   int64_t decode_steps = 0;
 };
 
-// `prompts` are B rows of the same length; returns each row's new tokens (up to max_new_tokens;
-// fewer when it emitted one of eos_token_ids, which is included, or reached max_seq_len). `ctx` gives
+// `prompts` are B rows; returns each row's new tokens (up to max_new_tokens; fewer when it
+// emitted one of eos_token_ids, which is included, or reached max_seq_len). Rows of different
+// lengths need no padding: the forward starts at the shortest prompt and each longer row is fed
+// its own next prompt token (its prediction discarded) until its prompt is used up, so every row
+// sees exactly its own tokens at their own positions (a few more decode steps than prompts of
+// one length, as many as the lengths differ). `ctx` gives
 // the device, stream and compute dtype; its mode, targets and cache are overridden. `hooks` are
 // the engine's (ZeRO-3 gathers parameters through them); every rank of a sharded model must call
 // generate together with the same options.

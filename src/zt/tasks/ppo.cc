@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 
 #include "zt/core/assert.h"
@@ -26,6 +27,21 @@ Tensor next_token_targets(const Tensor& seq) {
     o[b * T + T - 1] = kIgnoreTarget;
   }
   return t;
+}
+
+// Per-position values (B, L) of rows that start at position 0 moved right by each row's shift
+// (the PPO layout: every prompt ends in the same column, as DeepSpeed-Chat's left padding puts
+// it); the columns before a row's start hold 0.
+std::vector<float> to_ppo_layout(const std::vector<float>& v, const std::vector<int64_t>& shift,
+                                 int64_t L) {
+  std::vector<float> out(v.size(), 0.0f);
+  for (size_t b = 0; b < shift.size(); ++b) {
+    const int64_t k = shift[b];
+    for (int64_t c = k; c < L; ++c) {
+      out[b * static_cast<size_t>(L) + static_cast<size_t>(c)] = v[b * static_cast<size_t>(L) + static_cast<size_t>(c - k)];
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -97,16 +113,13 @@ std::vector<float> PpoTrainer::log_probs(nn::Transformer& model, nn::Context ctx
 
 Result<PpoExperience> PpoTrainer::generate_experience(
     const std::vector<std::vector<int32_t>>& prompts) {
-  if (prompts.empty() || prompts[0].empty()) {
-    return invalid_argument("PPO needs at least one prompt of at least one token");
-  }
+  if (prompts.empty()) return invalid_argument("PPO needs at least one prompt");
   const int64_t B = static_cast<int64_t>(prompts.size());
-  const int64_t P = static_cast<int64_t>(prompts[0].size());
+  int64_t P = 0, Pmin = std::numeric_limits<int64_t>::max();  // the longest and shortest
   for (const auto& p : prompts) {
-    if (static_cast<int64_t>(p.size()) != P) {
-      return invalid_argument("a PPO batch's prompts share one length: {} and {} tokens", P,
-                              p.size());
-    }
+    if (p.empty()) return invalid_argument("PPO prompts need at least one token");
+    P = std::max<int64_t>(P, static_cast<int64_t>(p.size()));
+    Pmin = std::min<int64_t>(Pmin, static_cast<int64_t>(p.size()));
   }
   if (o_.max_answer_len < 1) return invalid_argument("max_answer_len must be at least 1");
   const nn::TransformerConfig& ac = m_.actor.transformer_config();
@@ -119,6 +132,7 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   e.B = B;
   e.T = T;
   e.prompt_len = P;
+  for (const auto& p : prompts) e.shift.push_back(P - static_cast<int64_t>(p.size()));
   nn::GenerateOptions g = o_.generation;
   g.max_new_tokens = o_.max_answer_len;
   g.vocab_size = ac.vocab_size;
@@ -140,6 +154,13 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   nn::UnitHooks* actor_hooks = held ? nullptr : actor_engine.hooks();
   Status sync = Status::ok();
   if (!held && tp == nullptr && actor_engine.world_size() > 1) {
+    // The forwards are collective: every rank runs as many, from the shortest prompt of any
+    // rank to the longest one's end.
+    std::vector<double> span{-static_cast<double>(Pmin), static_cast<double>(P)};
+    ZT_RETURN_IF_ERROR(actor_engine.all_reduce_job(span, ReduceOp::kMax)
+                           .with_context("agreeing on the prompts' lengths"));
+    g.group_min_prompt = static_cast<int64_t>(-span[0]);
+    g.group_max_prompt = static_cast<int64_t>(span[1]);
     // Every rank decodes until the last rank's rows have finished (the actor's forwards are
     // collective under ZeRO-3; a rank whose rows ended early keeps stepping them, discarding).
     // A failed agreement stops generation and is the round's error.
@@ -166,51 +187,59 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   e.generate_s = seconds_since(t0);
   ZT_RETURN_IF_ERROR(sync.with_context("generation"));
 
-  // seq = prompt + answer + padding; the mask of real tokens, shifted: the action mask.
+  // seq = prompt + answer + padding (each row from position 0: the models see no padding
+  // before a prompt); the mask of real tokens, shifted: the action mask. The per-position
+  // arrays are then moved right by each row's shift into the PPO layout.
   e.seq = Tensor::empty({B, T}, DType::i32);
   int32_t* s = e.seq.data<int32_t>();
   std::vector<float> real(static_cast<size_t>(B * T), 0.0f);
   for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[static_cast<size_t>(b)];
     const auto& a = answers[static_cast<size_t>(b)];
+    const auto Pb = static_cast<int64_t>(p.size());
     e.generated_tokens += static_cast<int64_t>(a.size());
     for (int64_t i = 0; i < T; ++i) {
       int32_t v = o_.pad_id;
-      if (i < P) {
-        v = prompts[static_cast<size_t>(b)][static_cast<size_t>(i)];
-      } else if (i - P < static_cast<int64_t>(a.size())) {
-        v = a[static_cast<size_t>(i - P)];
+      if (i < Pb) {
+        v = p[static_cast<size_t>(i)];
+      } else if (i - Pb < static_cast<int64_t>(a.size())) {
+        v = a[static_cast<size_t>(i - Pb)];
       }
       s[b * T + i] = v;
       real[static_cast<size_t>(b * T + i)] =
-          i < P + static_cast<int64_t>(a.size()) ? 1.0f : 0.0f;
+          i < Pb + static_cast<int64_t>(a.size()) ? 1.0f : 0.0f;
     }
-    e.last.push_back(P + static_cast<int64_t>(a.size()) - 1);
+    e.last.push_back(Pb + static_cast<int64_t>(a.size()) - 1);
   }
   const int64_t L = T - 1;
-  e.action_mask.resize(static_cast<size_t>(B * L));
+  std::vector<float> action(static_cast<size_t>(B * L));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < L; ++i) {
-      e.action_mask[static_cast<size_t>(b * L + i)] = real[static_cast<size_t>(b * T + i + 1)];
+      action[static_cast<size_t>(b * L + i)] = real[static_cast<size_t>(b * T + i + 1)];
     }
   }
+  e.action_mask = to_ppo_layout(action, e.shift, L);
   e.targets = next_token_targets(e.seq);
-  e.log_probs = log_probs(m_.actor, actor_engine.eval_context(), actor_hooks, e.seq, e.targets);
+  e.log_probs = to_ppo_layout(
+      log_probs(m_.actor, actor_engine.eval_context(), actor_hooks, e.seq, e.targets), e.shift, L);
   if (held) {
     actor_engine.release_full_weights();
     release.e = nullptr;
   }
-  e.ref_log_probs = log_probs(m_.ref.model, m_.ref.context, m_.ref.hooks, e.seq, e.targets);
+  e.ref_log_probs = to_ppo_layout(
+      log_probs(m_.ref.model, m_.ref.context, m_.ref.hooks, e.seq, e.targets), e.shift, L);
   {
     nn::Context ctx = m_.critic_engine.eval_context();
     const std::vector<double> v =
         m_.critic.forward(ctx, e.seq.to(ctx.device, ctx.stream), m_.critic_engine.hooks())
             .to_doubles();
-    e.values.resize(static_cast<size_t>(B * L));
+    std::vector<float> values(static_cast<size_t>(B * L));
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t i = 0; i < L; ++i) {
-        e.values[static_cast<size_t>(b * L + i)] = static_cast<float>(v[static_cast<size_t>(b * T + i)]);
+        values[static_cast<size_t>(b * L + i)] = static_cast<float>(v[static_cast<size_t>(b * T + i)]);
       }
     }
+    e.values = to_ppo_layout(values, e.shift, L);
   }
   ZT_ASSIGN_OR_RETURN(e.reward_score, m_.reward(e.seq, e.last));
   if (static_cast<int64_t>(e.reward_score.size()) != B) {
@@ -303,7 +332,7 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(std::span<const PpoExperience> exps
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t j = 0; j < n; ++j) {
           lp[static_cast<size_t>(b * n + j)] =
-              static_cast<float>(-losses[static_cast<size_t>(b * T + start + j)]);
+              static_cast<float>(-losses[static_cast<size_t>(b * T + start + j - e.shift[b])]);
         }
       }
       const ppo::ActorLossInputs ai{.log_probs = lp, .old_log_probs = p.old_lp,
@@ -314,7 +343,7 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(std::span<const PpoExperience> exps
       std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t j = 0; j < n; ++j) {
-          w[static_cast<size_t>(b * T + start + j)] = -dlp[static_cast<size_t>(b * n + j)];
+          w[static_cast<size_t>(b * T + start + j - e.shift[b])] = -dlp[static_cast<size_t>(b * n + j)];
         }
       }
       ZT_RETURN_IF_ERROR(m_.actor_engine.backward_weighted(w, static_cast<float>(actor_loss)));
@@ -327,7 +356,7 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(std::span<const PpoExperience> exps
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t j = 0; j < n; ++j) {
           v[static_cast<size_t>(b * n + j)] =
-              static_cast<float>(vall[static_cast<size_t>(b * T + start + j)]);
+              static_cast<float>(vall[static_cast<size_t>(b * T + start + j - e.shift[b])]);
         }
       }
       const ppo::CriticLossInputs ci{.values = v, .old_values = p.old_v, .returns = p.ret,
@@ -338,7 +367,7 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(std::span<const PpoExperience> exps
       std::vector<float> dout(static_cast<size_t>(B * T), 0.0f);
       for (int64_t b = 0; b < B; ++b) {
         for (int64_t j = 0; j < n; ++j) {
-          dout[static_cast<size_t>(b * T + start + j)] = dv[static_cast<size_t>(b * n + j)];
+          dout[static_cast<size_t>(b * T + start + j - e.shift[b])] = dv[static_cast<size_t>(b * n + j)];
         }
       }
       ZT_RETURN_IF_ERROR(m_.critic_engine.backward_outputs(

@@ -3,9 +3,9 @@
 // nn::Task::kReward head read at every position) each train in an Engine; the frozen reference
 // actor and the reward model are only evaluated. One round, as dschat/rlhf/ppo_trainer.py runs it:
 //
-//   generate_experience  the actor answers B prompts of one length (nn::generate_batch, greedy or
-//                        sampled, up to max_answer_len tokens, ending at an end-of-sequence id);
-//                        seq = prompt + answer, right-padded to prompt_len + max_answer_len;
+//   generate_experience  the actor answers B prompts (nn::generate_batch, greedy or sampled, up
+//                        to max_answer_len tokens, ending at an end-of-sequence id); seq =
+//                        prompt + answer, right-padded to the longest prompt + max_answer_len;
 //                        log-probs of seq[1:] under the actor and the reference, the critic's
 //                        values, the reward score of each row's last real token
 //   train_rlhf           rewards (the score minus the KL penalty), advantages and returns
@@ -14,9 +14,11 @@
 //                        critic step on the clipped value loss (forward_outputs /
 //                        backward_outputs)
 //
-// Rows are not left-padded: a batch's prompts share one length (the caller groups them), so the
-// causal models need no attention mask; padding after an answer never reaches an earlier
-// position and is outside the action mask.
+// Rows are not left-padded: every row starts at position 0 (prompts of different lengths are
+// generated together without padding: nn::generate_batch), so the causal models need no
+// attention mask, and padding after an answer never reaches an earlier position and is outside
+// the action mask. The PPO arithmetic then sees the rows moved right so that every prompt ends in
+// one column (PpoExperience), which is DeepSpeed-Chat's left-padded layout.
 #pragma once
 
 #include <cstdint>
@@ -89,12 +91,17 @@ struct PpoModels {
   RewardFn reward;
 };
 
-// One round's experience; per-position arrays are (B, L), L = T - 1, start = prompt_len - 1.
+// One round's experience. The rows of `seq` start at position 0 (prompt, answer, padding); the
+// per-position arrays are (B, L), L = T - 1, in the PPO layout: row b moved right by shift[b] =
+// prompt_len - its prompt's length, so that every prompt ends in column start = prompt_len - 1
+// (DeepSpeed-Chat's left-padded layout; the columns before a row's start are 0 and masked).
+// Column c of row b is seq position c - shift[b].
 struct PpoExperience {
   Tensor seq;      // (B, T) i32, host
   Tensor targets;  // (B, T) i32, host: seq's next token at each position, -100 at the last
-  int64_t B = 0, T = 0, prompt_len = 0;
-  std::vector<int64_t> last;  // each row's last real token
+  int64_t B = 0, T = 0, prompt_len = 0;  // prompt_len: the longest prompt
+  std::vector<int64_t> shift;  // per row
+  std::vector<int64_t> last;  // each row's last real token (a seq position)
   std::vector<float> log_probs, ref_log_probs, values, action_mask;
   std::vector<float> reward_score;  // (B)
   double generate_s = 0;
@@ -119,8 +126,8 @@ Result<double> scaled_lm_step(Engine& engine, const Tensor& tokens, const Tensor
 class PpoTrainer {
  public:
   PpoTrainer(PpoModels models, PpoOptions options);
-  // B prompts of one length (token ids): the experience of one round. Collective over the
-  // engines' ranks (every rank passes its own prompts, of the same count and lengths).
+  // B prompts (token ids, of any lengths): the experience of one round. Collective over the
+  // engines' ranks (every rank passes its own prompts, as many on each).
   Result<PpoExperience> generate_experience(const std::vector<std::vector<int32_t>>& prompts);
   // The PPO epochs over a round's experiences (DeepSpeed-Chat's --generation-batches of them):
   // each epoch one actor and one critic step on each experience in turn, then (with

@@ -110,7 +110,6 @@ Result<std::vector<std::vector<int32_t>>> TpInference::generate(
     const std::vector<std::vector<int32_t>>& prompts, nn::GenerateOptions options) {
   if (flats_.empty()) return invalid_argument("TpInference::generate before fill()");
   const int64_t B = static_cast<int64_t>(prompts.size());
-  const int64_t P = B > 0 ? static_cast<int64_t>(prompts[0].size()) : 0;
   const int T = tp_size_;
   nn::Context ctx = engine_.eval_context();
   ctx.tp_rank = tp_rank_;
@@ -118,19 +117,30 @@ Result<std::vector<std::vector<int32_t>>> TpInference::generate(
   ctx.tp_comm = group_.get();
   ctx.tp_pending = &pending_;
   const Device dev = ctx.device;
-  // The group's prompts: every rank's B rows, in rank order.
-  std::vector<int32_t> mine;
-  for (const auto& p : prompts) mine.insert(mine.end(), p.begin(), p.end());
-  Tensor host_send = Tensor::empty({B * P}, DType::i32);
-  std::copy(mine.begin(), mine.end(), host_send.data<int32_t>());
-  Tensor send = host_send.to(dev, ctx.stream);
-  Tensor all = Tensor::empty({T * B * P}, DType::i32, dev, ctx.stream);
-  ZT_RETURN_IF_ERROR(group_->all_gather(all, send, ctx.stream).wait().with_context(
-      "gathering the prompts of the tensor-parallel group"));
-  const Tensor host = all.to(Device::cpu(), ctx.stream);
+  // The group's prompts: every rank's B rows, in rank order - their lengths first, then the
+  // rows padded to the longest.
+  auto gather_ints = [&](const std::vector<int32_t>& v) -> Result<std::vector<int32_t>> {
+    Tensor h = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
+    std::copy(v.begin(), v.end(), h.data<int32_t>());
+    Tensor send = h.to(dev, ctx.stream);
+    Tensor all = Tensor::empty({T * static_cast<int64_t>(v.size())}, DType::i32, dev, ctx.stream);
+    ZT_RETURN_IF_ERROR(group_->all_gather(all, send, ctx.stream).wait().with_context(
+        "gathering the prompts of the tensor-parallel group"));
+    const Tensor back = all.to(Device::cpu(), ctx.stream);
+    return std::vector<int32_t>(back.data<int32_t>(), back.data<int32_t>() + back.numel());
+  };
+  std::vector<int32_t> lengths;
+  for (const auto& p : prompts) lengths.push_back(static_cast<int32_t>(p.size()));
+  ZT_ASSIGN_OR_RETURN(const std::vector<int32_t> all_lengths, gather_ints(lengths));
+  const int64_t P = *std::max_element(all_lengths.begin(), all_lengths.end());
+  std::vector<int32_t> mine(static_cast<size_t>(B * P), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(prompts[b].begin(), prompts[b].end(), mine.begin() + b * P);
+  }
+  ZT_ASSIGN_OR_RETURN(const std::vector<int32_t> all, gather_ints(mine));
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(T * B));
   for (int64_t r = 0; r < T * B; ++r) {
-    rows[static_cast<size_t>(r)].assign(host.data<int32_t>() + r * P, host.data<int32_t>() + (r + 1) * P);
+    rows[static_cast<size_t>(r)].assign(all.begin() + r * P, all.begin() + r * P + all_lengths[r]);
   }
   // The group's ranks hold the same rows and compute the same logits, so they finish together;
   // agreeing on it each step (one small all-reduce in the group) also settles the layers'

@@ -1,6 +1,7 @@
 // Generation against transformers (tests/fixtures/hf): greedy decoding from each decoder
-// fixture's prompts equals `generate(do_sample=False)` there, with the KV cache and without; and
-// the cached path's logits equal a full forward's at every step (the cache is only a speed-up).
+// fixture's prompts equals `generate(do_sample=False)` there, with the KV cache and without;
+// prompts of different lengths in one batch give what each gives alone; and the cached path's
+// logits equal a full forward's at every step (the cache is only a speed-up).
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
@@ -105,6 +106,44 @@ TEST_P(GenerateFixture, RowsStopAfterTheirEosToken) {
   auto out = generate_batch(*l.m.model, l.w->context(), prompts, o);
   for (int64_t b = 0; b < B; ++b) EXPECT_EQ(out[b], want[b]) << "row " << b;
   EXPECT_LE(out[0].size(), 3u);
+}
+
+// Prompts of different lengths in one batch (no padding: the shorter rows start generating
+// while the longer ones are still fed their prompts) give each row what it gives alone, and the
+// full-length row what transformers gives.
+TEST_P(GenerateFixture, RaggedPromptsEqualEachRowAlone) {
+  Loaded l = load(GetParam());
+  auto ex = ckpt::SafetensorsFile::open(kFixtures + GetParam() + "/expected.safetensors");
+  ASSERT_TRUE(ex.is_ok());
+  std::vector<int64_t> ps, gs;
+  const std::vector<int32_t> prompt = read_ids(*ex, "generate_prompt", &ps);
+  const std::vector<int32_t> expected = read_ids(*ex, "generated", &gs);
+  const int64_t B = ps[0], P = ps[1], N = gs[1] - P;
+  ASSERT_GE(P, B + 1);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t b = 0; b < B; ++b) {
+    // Row b loses its last 2b tokens (b = 0 keeps them all).
+    const int64_t len = std::max<int64_t>(1, P - 2 * b);
+    prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + b * P + len);
+  }
+  const TransformerConfig& c = l.m.model->transformer_config();
+  for (KvCacheUse cache : {KvCacheUse::kOn, KvCacheUse::kOff}) {
+    SCOPED_TRACE(cache == KvCacheUse::kOn ? "cached" : "uncached");
+    GenerateOptions o{.max_new_tokens = static_cast<int>(N),
+                      .sampling = Sampling::kGreedy,
+                      .vocab_size = c.vocab_size,
+                      .max_seq_len = static_cast<int>(c.max_positions),
+                      .num_layers = c.n_layer,
+                      .cache = cache};
+    auto out = generate_batch(*l.m.model, l.w->context(), prompts, o);
+    ASSERT_EQ(static_cast<int64_t>(out.size()), B);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto alone = generate_batch(*l.m.model, l.w->context(), {prompts[b]}, o);
+      EXPECT_EQ(out[b], alone[0]) << "row " << b;
+      EXPECT_EQ(static_cast<int64_t>(out[b].size()), N) << "row " << b;
+    }
+    EXPECT_EQ(out[0], std::vector<int32_t>(expected.begin() + P, expected.begin() + gs[1]));
+  }
 }
 
 TEST_P(GenerateFixture, CachedLogitsEqualFullForward) {

@@ -7,6 +7,7 @@
 //   optimizer step while it is held is refused;
 // - --generation-batches: a round of two batches trains on each experience in turn, as two
 //   single-experience trainings of the same experiences do (bitwise);
+// - prompts of different lengths in one round: each row as alone, in DeepSpeed-Chat's layout;
 // - --enable-ema: the moving average equals beta * ema + (1 - beta) * w folded in after every
 //   step, from the engine's gathered master weights (ZeRO 0 and 3).
 #include <gtest/gtest.h>
@@ -196,6 +197,74 @@ TEST(PpoGenerationBatches, EachExperienceTrainsInTurn) {
     weights[path] = testing::master_flat(*s.actor_e);
   }
   EXPECT_EQ(weights[0], weights[1]);
+}
+
+// Prompts of different lengths in one round: each row starts at position 0 of `seq`, and in the
+// PPO layout its per-position values sit `shift` columns right, so every prompt ends in column
+// start. Each row's log-probs (actor and reference) and values equal that row's experience alone
+// (moved by its shift); the first PPO step (old and new weights equal: ratio 1, values = old
+// values) gives the losses computed from the experience's own arrays by tasks/ppo_math.h.
+TEST(PpoRaggedPrompts, RowsKeepTheirOwnPositionsAndTheLayoutOfDeepSpeedChat) {
+  PpoRig s(0, 1, nullptr);
+  s.make_trainer(/*hybrid=*/false, nn::Sampling::kGreedy, {});
+  const auto base = prompts_for(0, 4);
+  std::vector<std::vector<int32_t>> prompts;
+  const int64_t lengths[kRows] = {4, 2, 3, 1};
+  for (int b = 0; b < kRows; ++b) {
+    prompts.emplace_back(base[b].begin(), base[b].begin() + lengths[b]);
+  }
+  auto e = s.trainer->generate_experience(prompts);
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  const int64_t P = 4, T = P + kAnswerLen, L = T - 1, start = P - 1;
+  ASSERT_EQ(e->prompt_len, P);
+  ASSERT_EQ(e->T, T);
+  for (int b = 0; b < kRows; ++b) {
+    SCOPED_TRACE(fmt::format("row {}", b));
+    EXPECT_EQ(e->shift[b], P - lengths[b]);
+    // The row alone: its own experience, in its own layout (shift 0, start lengths[b] - 1).
+    auto one = s.trainer->generate_experience({prompts[b]});
+    ASSERT_TRUE(one.is_ok()) << one.status().message();
+    const int64_t Lo = one->T - 1, k = e->shift[b];
+    const int32_t* seq = e->seq.data<int32_t>();
+    const int32_t* seq1 = one->seq.data<int32_t>();
+    for (int64_t i = 0; i < one->T; ++i) EXPECT_EQ(seq[b * T + i], seq1[i]) << "position " << i;
+    for (int64_t c = 0; c < L; ++c) {
+      const float m = e->action_mask[b * L + c];
+      if (c < k) {
+        EXPECT_EQ(m, 0.0f) << "column " << c << " (before the row starts)";
+        continue;
+      }
+      EXPECT_EQ(m, one->action_mask[c - k]) << "column " << c;
+      EXPECT_NEAR(e->log_probs[b * L + c], one->log_probs[c - k], 1e-5) << "column " << c;
+      EXPECT_NEAR(e->ref_log_probs[b * L + c], one->ref_log_probs[c - k], 1e-5) << "column " << c;
+      EXPECT_NEAR(e->values[b * L + c], one->values[c - k], 1e-5) << "column " << c;
+    }
+    EXPECT_EQ(e->last[b], one->last[0]);
+    (void)Lo;
+  }
+  // The first step's losses from the experience's arrays.
+  const ppo::PpoConfig cfg;
+  const int64_t B = kRows, n = L - start;
+  std::vector<float> rewards(static_cast<size_t>(B * L)), values = e->values;
+  ppo::compute_rewards(e->log_probs, e->ref_log_probs, e->reward_score, e->action_mask, B, L,
+                       start, cfg, rewards);
+  const auto ends = ppo::answer_ends(e->action_mask, B, L, start);
+  ppo::zero_after_ends(rewards, ends, B, L);
+  ppo::zero_after_ends(values, ends, B, L);
+  std::vector<float> adv(static_cast<size_t>(B * n)), ret(static_cast<size_t>(B * n));
+  ppo::advantages_and_returns(values, rewards, B, L, start, cfg, adv, ret);
+  const auto lp = ppo::columns_from(e->log_probs, B, L, start);
+  const auto v = ppo::columns_from(values, B, L, start);
+  const auto mask = ppo::columns_from(e->action_mask, B, L, start);
+  const double want_actor = ppo::actor_loss(
+      {.log_probs = lp, .old_log_probs = lp, .advantages = adv, .mask = mask, .B = B, .n = n}, cfg);
+  const double want_critic = ppo::critic_loss(
+      {.values = v, .old_values = v, .returns = ret, .mask = mask, .B = B, .n = n}, cfg);
+  auto st = s.trainer->train_rlhf(*e);
+  ASSERT_TRUE(st.is_ok()) << st.status().message();
+  EXPECT_NEAR(st->actor_loss, want_actor, 1e-5 * (1 + std::abs(want_actor)));
+  EXPECT_NEAR(st->critic_loss, want_critic, 1e-5 * (1 + std::abs(want_critic)));
+  EXPECT_GT(std::abs(want_critic), 0.0);
 }
 
 TEST(PpoEma, FollowsTheMovingAverage) {
