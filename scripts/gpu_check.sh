@@ -1141,6 +1141,8 @@ JSON
 ppo_args=(train --config "$rd/bench16.json" --task ppo --actor "$rm_" --critic "$rm_"
   --data "$rd/ids256.jsonl" --max-prompt-seq-len 256 --max-answer-seq-len 256 --critic-lr 5e-6
   --steps 5 --device cuda)
+# ZT_RLHF2_TIMING=0 skips the timed runs (only the f32 check below).
+if [ "${ZT_RLHF2_TIMING:-1}" = 1 ]; then
 "$bin"/zt "${ppo_args[@]}" --metrics-out "$out/rlhf2_zt1.jsonl" >"$out/rlhf2_zt1.log" 2>&1 ||
   tail -5 "$out/rlhf2_zt1.log"
 for v in z3 he tp; do
@@ -1201,6 +1203,7 @@ if z1 and t1:
     print(f"rlhf_2gpu: 1 GPU: zt vs torch: round {t1['round_s'] / z1['round_s']:.2f}x, generation "
           f"{z1['generate_tokens_per_s'] / t1['generate_tokens_per_s']:.2f}x")
 RPY
+fi
 # Correctness on 2 GPUs in f32 (llama-tiny, prompts of mixed lengths): the hybrid engine and its
 # tensor-parallel generation give the rounds of the per-unit gathers exactly (greedy answers).
 python3 - "$rd" <<'RPY'
@@ -1230,10 +1233,14 @@ keys = ("reward_mean", "kl", "actor_loss", "critic_loss", "answer_len_mean")
 try:
     runs = {v: [json.loads(l) for l in open(f"{out}/rlhf2_f32_{v}.jsonl") if l.strip()] for v in ("z3", "he", "tp")}
     for v in ("he", "tp"):
-        same = len(runs[v]) == len(runs["z3"]) == 6 and all(
-            x[k] == y[k] for x, y in zip(runs["z3"], runs[v]) for k in keys)
-        print(f"rlhf_2gpu: f32 llama-tiny, mixed-length prompts, 2 GPUs: {v} rounds equal the "
-              f"per-unit gathers' {'ok' if same else 'FAIL'}")
+        # The answers decide the rewards and lengths: those equal exactly; the losses and KL
+        # come from training steps whose f32 kernels (the unfused attention's backward) add in
+        # no fixed order, so they agree to rounding.
+        exact = all(x[k] == y[k] for x, y in zip(runs["z3"], runs[v]) for k in ("reward_mean", "answer_len_mean"))
+        worst = max(abs(x[k] - y[k]) / (1 + abs(x[k])) for x, y in zip(runs["z3"], runs[v]) for k in keys)
+        same = len(runs[v]) == len(runs["z3"]) == 6 and exact and worst < 1e-5
+        print(f"rlhf_2gpu: f32 llama-tiny, mixed-length prompts, 2 GPUs: {v}'s answers equal the "
+              f"per-unit gathers', losses within {worst:.1e} {'ok' if same else 'FAIL'}")
 except Exception as e:
     print(f"rlhf_2gpu: f32 comparison missing ({e}) FAIL")
 RPY
