@@ -29,6 +29,33 @@ Tensor next_token_targets(const Tensor& seq) {
   return t;
 }
 
+// Columns start .. start + n - 1 of the PPO layout (B, n) from per-position values of seq (B, T):
+// column start + j of row b is position start + j - shift[b].
+std::vector<float> answer_columns(const std::vector<double>& per_position, const PpoExperience& e,
+                                  int64_t start, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(e.B * n));
+  for (int64_t b = 0; b < e.B; ++b) {
+    for (int64_t j = 0; j < n; ++j) {
+      out[static_cast<size_t>(b * n + j)] = static_cast<float>(
+          per_position[static_cast<size_t>(b * e.T + start + j - e.shift[static_cast<size_t>(b)])]);
+    }
+  }
+  return out;
+}
+
+// The inverse: (B, n) column values at their positions of a (B, T) array, 0 elsewhere.
+std::vector<float> at_positions(const std::vector<float>& columns, const PpoExperience& e,
+                                int64_t start, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(e.B * e.T), 0.0f);
+  for (int64_t b = 0; b < e.B; ++b) {
+    for (int64_t j = 0; j < n; ++j) {
+      out[static_cast<size_t>(b * e.T + start + j - e.shift[static_cast<size_t>(b)])] =
+          columns[static_cast<size_t>(b * n + j)];
+    }
+  }
+  return out;
+}
+
 // Per-position values (B, L) of rows that start at position 0 moved right by each row's shift
 // (the PPO layout: every prompt ends in the same column, as DeepSpeed-Chat's left padding puts
 // it); the columns before a row's start hold 0.
@@ -328,48 +355,27 @@ Result<PpoRoundStats> PpoTrainer::train_rlhf(std::span<const PpoExperience> exps
       // per-token cross-entropy (-log p) weighted by -d loss / d log p.
       ZT_ASSIGN_OR_RETURN(std::vector<double> losses,
                           m_.actor_engine.forward_token_losses(e.seq, e.targets));
-      std::vector<float> lp(static_cast<size_t>(B * n));
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t j = 0; j < n; ++j) {
-          lp[static_cast<size_t>(b * n + j)] =
-              static_cast<float>(-losses[static_cast<size_t>(b * T + start + j - e.shift[b])]);
-        }
-      }
+      std::vector<float> lp = answer_columns(losses, e, start, n);
+      for (float& x : lp) x = -x;  // -log p -> log p
       const ppo::ActorLossInputs ai{.log_probs = lp, .old_log_probs = p.old_lp,
                                     .advantages = p.adv, .mask = p.mask, .B = B, .n = n};
       const double actor_loss = ppo::actor_loss(ai, cfg);
       std::vector<float> dlp(lp.size());
       ppo::actor_loss_backward(ai, cfg, dlp);
-      std::vector<float> w(static_cast<size_t>(B * T), 0.0f);
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t j = 0; j < n; ++j) {
-          w[static_cast<size_t>(b * T + start + j - e.shift[b])] = -dlp[static_cast<size_t>(b * n + j)];
-        }
-      }
+      for (float& x : dlp) x = -x;  // d loss / d (-log p)
+      const std::vector<float> w = at_positions(dlp, e, start, n);
       ZT_RETURN_IF_ERROR(m_.actor_engine.backward_weighted(w, static_cast<float>(actor_loss)));
       ZT_RETURN_IF_ERROR(m_.actor_engine.step());
 
       // The critic: the clipped value loss over the same columns, from its (B,T) values.
       ZT_ASSIGN_OR_RETURN(Tensor values, m_.critic_engine.forward_outputs(e.seq));
-      const std::vector<double> vall = values.to_doubles();
-      std::vector<float> v(static_cast<size_t>(B * n));
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t j = 0; j < n; ++j) {
-          v[static_cast<size_t>(b * n + j)] =
-              static_cast<float>(vall[static_cast<size_t>(b * T + start + j - e.shift[b])]);
-        }
-      }
+      const std::vector<float> v = answer_columns(values.to_doubles(), e, start, n);
       const ppo::CriticLossInputs ci{.values = v, .old_values = p.old_v, .returns = p.ret,
                                      .mask = p.mask, .B = B, .n = n};
       const double critic_loss = ppo::critic_loss(ci, cfg);
       std::vector<float> dv(v.size());
       ppo::critic_loss_backward(ci, cfg, dv);
-      std::vector<float> dout(static_cast<size_t>(B * T), 0.0f);
-      for (int64_t b = 0; b < B; ++b) {
-        for (int64_t j = 0; j < n; ++j) {
-          dout[static_cast<size_t>(b * T + start + j - e.shift[b])] = dv[static_cast<size_t>(b * n + j)];
-        }
-      }
+      const std::vector<float> dout = at_positions(dv, e, start, n);
       ZT_RETURN_IF_ERROR(m_.critic_engine.backward_outputs(
           Tensor::from_floats(dout, {B, T}, DType::f32), static_cast<float>(critic_loss)));
       ZT_RETURN_IF_ERROR(m_.critic_engine.step());

@@ -44,6 +44,16 @@ Loaded load(const std::string& name) {
   return l;
 }
 
+// Greedy decoding of up to n tokens from a fixture model.
+GenerateOptions greedy(const TransformerConfig& c, int64_t n, KvCacheUse cache = KvCacheUse::kOn) {
+  return {.max_new_tokens = static_cast<int>(n),
+          .sampling = Sampling::kGreedy,
+          .vocab_size = c.vocab_size,
+          .max_seq_len = static_cast<int>(c.max_positions),
+          .num_layers = c.n_layer,
+          .cache = cache};
+}
+
 class GenerateFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
@@ -59,12 +69,7 @@ TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
   for (int64_t b = 0; b < B; ++b) prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
   const TransformerConfig& c = l.m.model->transformer_config();
   for (KvCacheUse cache : {KvCacheUse::kOn, KvCacheUse::kOff}) {
-    GenerateOptions o{.max_new_tokens = static_cast<int>(N),
-                      .sampling = Sampling::kGreedy,
-                      .vocab_size = c.vocab_size,
-                      .max_seq_len = static_cast<int>(c.max_positions),
-                      .num_layers = c.n_layer,
-                      .cache = cache};
+    const GenerateOptions o = greedy(c, N, cache);
     auto out = generate_batch(*l.m.model, l.w->context(), prompts, o);
     ASSERT_EQ(static_cast<int64_t>(out.size()), B);
     for (int64_t b = 0; b < B; ++b) {
@@ -97,12 +102,8 @@ TEST_P(GenerateFixture, RowsStopAfterTheirEosToken) {
     }
   }
   const TransformerConfig& c = l.m.model->transformer_config();
-  GenerateOptions o{.max_new_tokens = static_cast<int>(N),
-                    .sampling = Sampling::kGreedy,
-                    .vocab_size = c.vocab_size,
-                    .max_seq_len = static_cast<int>(c.max_positions),
-                    .num_layers = c.n_layer,
-                    .eos_token_ids = {eos}};
+  GenerateOptions o = greedy(c, N);
+  o.eos_token_ids = {eos};
   auto out = generate_batch(*l.m.model, l.w->context(), prompts, o);
   for (int64_t b = 0; b < B; ++b) EXPECT_EQ(out[b], want[b]) << "row " << b;
   EXPECT_LE(out[0].size(), 3u);
@@ -129,12 +130,7 @@ TEST_P(GenerateFixture, RaggedPromptsEqualEachRowAlone) {
   const TransformerConfig& c = l.m.model->transformer_config();
   for (KvCacheUse cache : {KvCacheUse::kOn, KvCacheUse::kOff}) {
     SCOPED_TRACE(cache == KvCacheUse::kOn ? "cached" : "uncached");
-    GenerateOptions o{.max_new_tokens = static_cast<int>(N),
-                      .sampling = Sampling::kGreedy,
-                      .vocab_size = c.vocab_size,
-                      .max_seq_len = static_cast<int>(c.max_positions),
-                      .num_layers = c.n_layer,
-                      .cache = cache};
+    const GenerateOptions o = greedy(c, N, cache);
     auto out = generate_batch(*l.m.model, l.w->context(), prompts, o);
     ASSERT_EQ(static_cast<int64_t>(out.size()), B);
     for (int64_t b = 0; b < B; ++b) {
