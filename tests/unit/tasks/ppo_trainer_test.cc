@@ -4,7 +4,8 @@
 // critic is a value head on the same shape, the reference a frozen copy of the actor's start.
 // Before training token 3 is 1 in 16 of the answer tokens (reward about -0.875); the test asks
 // the mean reward of the last 5 of 20 rounds to beat the first 5's by 0.5, at ZeRO stages 0 and 3
-// (whose hooks gather the actor's parameters for generation and every forward). Also: the
+// (whose hooks gather the actor's parameters for generation and every forward), on one rank and
+// on 2 (also with the hybrid engine). Also: the
 // experience's shapes, masks and positions on a hand-checked case.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 
 #include "common/engine_runs.h"
 #include "common/test_util.h"
+#include "unit/comm/comm_test_ranks.h"
 #include "zt/nn/models/registry.h"
 #include "zt/runtime/config.h"
 #include "zt/tasks/ppo.h"
@@ -32,15 +34,16 @@ nn::TransformerConfig tiny_config() {
   return tc;
 }
 
-std::unique_ptr<Engine> engine_for(nn::Model& m, int stage, double lr) {
+std::unique_ptr<Engine> engine_for(nn::Model& m, int stage, double lr, int world = 1,
+                                   Communicator* comm = nullptr) {
   const std::string json = fmt::format(
       R"({{"train_micro_batch_size_per_gpu": {}, "zero_optimization": {{"stage": {}}},
           "gradient_clipping": 1.0,
           "optimizer": {{"type": "AdamW", "params": {{"lr": {}, "weight_decay": 0.0}}}}}})",
-      kRows, stage, lr);
-  auto cfg = config_parse(json, "test", 1);
+      kRows / world, stage, lr);
+  auto cfg = config_parse(json, "test", world);
   EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
-  auto e = initialize(m, *cfg, {.device = Device::cpu(), .seed = 3});
+  auto e = initialize(m, *cfg, {.device = Device::cpu(), .seed = 3, .comm = comm});
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   return std::move(e).value();
 }
@@ -63,13 +66,14 @@ struct PpoSetup {
   std::unique_ptr<nn::Transformer> critic;
   std::unique_ptr<Engine> actor_e, ref_e, critic_e;
   std::unique_ptr<PpoTrainer> trainer;
-  explicit PpoSetup(int stage)
+  explicit PpoSetup(int stage, int world = 1, Communicator* comm = nullptr, bool hybrid = false)
       : actor(tiny_config()), ref(tiny_config()), causal(tiny_config()),
         critic(reward_model_from(causal)) {
-    actor_e = engine_for(actor, stage, 3e-3);
-    ref_e = engine_for(ref, stage, 0.0);  // the same seed: the actor's start; never stepped
-    critic_e = engine_for(*critic, stage, 3e-3);
+    actor_e = engine_for(actor, stage, 3e-3, world, comm);
+    ref_e = engine_for(ref, stage, 0.0, world, comm);  // the same seed: the actor's start
+    critic_e = engine_for(*critic, stage, 3e-3, world, comm);
     PpoOptions o;
+    o.hybrid_engine = hybrid;
     o.max_answer_len = kAnswerLen;
     o.generation.sampling = nn::Sampling::kSample;
     o.generation.top_k = 0;
@@ -79,9 +83,9 @@ struct PpoSetup {
   }
 };
 
-std::vector<std::vector<int32_t>> random_prompts(std::mt19937& g) {
+std::vector<std::vector<int32_t>> random_prompts(std::mt19937& g, int rows = kRows) {
   std::uniform_int_distribution<int> tok(0, kVocab - 1);
-  std::vector<std::vector<int32_t>> p(kRows, std::vector<int32_t>(kPromptLen));
+  std::vector<std::vector<int32_t>> p(rows, std::vector<int32_t>(kPromptLen));
   for (auto& row : p) {
     for (auto& t : row) t = tok(g);
   }
@@ -151,6 +155,44 @@ TEST(PpoTrainer, TinyActorLearnsTheRewardedProperty) {
     for (double r : rewards) curve += fmt::format("{:.2f} ", r);
     EXPECT_GT(last, first + 0.5) << "rewards per round: " << curve;
     std::printf("stage %d: reward %.3f -> %.3f over %d rounds\n", stage, first, last, kRounds);
+  }
+}
+
+// The same on 2 ranks (threads, Gloo), each answering half of every round's prompts: at ZeRO 0,
+// at ZeRO 3 (generation gathering the actor's shards per unit and token), and at ZeRO 3 with the
+// hybrid engine; the reward is the mean over both ranks' rows.
+TEST(PpoTrainer, TinyActorLearnsOnTwoRanks) {
+  for (const auto& [stage, hybrid] : {std::pair{0, false}, std::pair{3, false}, std::pair{3, true}}) {
+    SCOPED_TRACE(fmt::format("stage {}{}", stage, hybrid ? ", hybrid engine" : ""));
+    const int port = testing::free_tcp_port();
+    std::vector<double> rewards[2];
+    testing::run_ranks(2, [&](int rank) {
+      auto comm = testing::create_communicator(
+          testing::rank_env(rank, 2, port, std::chrono::milliseconds(30000), "ppo-learn"),
+          Device::cpu());
+      ASSERT_NE(comm, nullptr);
+      PpoSetup s(stage, 2, comm.get(), hybrid);
+      std::mt19937 g(5 + rank);
+      for (int r = 0; r < kRounds; ++r) {
+        auto st = s.trainer->round(random_prompts(g, kRows / 2));
+        ASSERT_TRUE(st.is_ok()) << st.status().message();
+        std::vector<double> mean{st->reward_mean / 2};
+        ASSERT_TRUE(s.actor_e->all_reduce_job(mean, ReduceOp::kSum).is_ok());
+        rewards[rank].push_back(mean[0]);
+      }
+    });
+    ASSERT_EQ(rewards[0].size(), static_cast<size_t>(kRounds));
+    EXPECT_EQ(rewards[0], rewards[1]);
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) {
+      first += rewards[0][static_cast<size_t>(i)] / 5;
+      last += rewards[0][rewards[0].size() - 1 - static_cast<size_t>(i)] / 5;
+    }
+    std::string curve;
+    for (double r : rewards[0]) curve += fmt::format("{:.2f} ", r);
+    EXPECT_GT(last, first + 0.5) << "rewards per round: " << curve;
+    std::printf("2 ranks, stage %d%s: reward %.3f -> %.3f over %d rounds\n", stage,
+                hybrid ? " + hybrid engine" : "", first, last, kRounds);
   }
 }
 
