@@ -67,7 +67,7 @@ Status run(const ParsedArgs& a) {
       }
       ids.clear();
       Status st = tok->encode_append(text->get_ref<const std::string&>(), add_special, ids);
-      if (!st.is_ok()) return st.with_context(fmt::format("stdin:{}", line_no));
+      if (!st.is_ok()) return st.with_context(fmt::format("stdin:{}: ", line_no));
       out.push_back('[');
       for (size_t i = 0; i < ids.size(); ++i) {
         if (i) out.push_back(',');

@@ -144,9 +144,9 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   if (!device_r) return fail(device_r.status());
   const Device device = *device_r;
   auto actor_cfg = model_config(*config_path, world, actor_lr, actor_stage);
-  if (!actor_cfg) return fail(actor_cfg.status().with_context("actor"));
+  if (!actor_cfg) return fail(actor_cfg.status().with_context("actor: "));
   auto critic_cfg = model_config(*config_path, world, critic_lr, critic_stage);
-  if (!critic_cfg) return fail(critic_cfg.status().with_context("critic"));
+  if (!critic_cfg) return fail(critic_cfg.status().with_context("critic: "));
   if (actor_cfg->gradient_accumulation_steps != 1) {
     return fail(invalid_argument(
         "--task ppo trains each round's experience in one micro-step: set "
@@ -163,7 +163,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                                   : nlohmann::json();
     const bool in_config = he.is_object();
     po.hybrid_engine = a.has("--enable-hybrid-engine") ||
-                       (in_config && he.value("enabled", false) == true);
+                       (in_config && he.contains("enabled") && he["enabled"] == true);
     if (!a.has("--inference-tp-size") && in_config && he.contains("inference_tp_size")) {
       const auto& v = he["inference_tp_size"];
       if (!v.is_number_integer() || v.get<int64_t>() < 1) {
@@ -175,8 +175,9 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
     }
     if (*inference_tp > 1 && !po.hybrid_engine) {
       return fail(invalid_argument(
-          "--inference-tp-size {} splits the hybrid engine's generation: give "
-          "--enable-hybrid-engine too",
+          "{} {} splits the hybrid engine's generation: give --enable-hybrid-engine too (or "
+          "hybrid_engine.enabled: true)",
+          a.has("--inference-tp-size") ? "--inference-tp-size" : "hybrid_engine.inference_tp_size",
           *inference_tp));
     }
   }
@@ -204,13 +205,13 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
     return std::move(c.model);
   };
   auto actor_choice = open_lm(*actor_name);
-  if (!actor_choice) return fail(actor_choice.status().with_context("--actor"));
+  if (!actor_choice) return fail(actor_choice.status().with_context("--actor: "));
   auto ref_choice = open_lm(a.get("--ref").value_or(*actor_name));
-  if (!ref_choice) return fail(ref_choice.status().with_context("--ref"));
+  if (!ref_choice) return fail(ref_choice.status().with_context("--ref: "));
   auto critic = open_value(*critic_name);
-  if (!critic) return fail(critic.status().with_context("--critic"));
+  if (!critic) return fail(critic.status().with_context("--critic: "));
   auto reward_model = open_value(*critic_name);
-  if (!reward_model) return fail(reward_model.status().with_context("--critic"));
+  if (!reward_model) return fail(reward_model.status().with_context("--critic: "));
   nn::Transformer& actor = *actor_choice->model;
   const nn::TransformerConfig& ac = actor.transformer_config();
   // LoRA on the actor (DeepSpeed-Chat's --actor_lora_dim, with --only-optimize-lora and
@@ -222,7 +223,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
     auto alpha = number_flag(a, "--lora-alpha", lo.alpha);
     if (!alpha) return fail(alpha.status());
     lo.alpha = static_cast<float>(*alpha);
-    if (Status s = tasks::lora_apply(actor, lo); !s.is_ok()) return fail(s.with_context("--actor-lora-dim"));
+    if (Status s = tasks::lora_apply(actor, lo); !s.is_ok()) return fail(s.with_context("--actor-lora-dim: "));
   } else if (a.has("--only-optimize-lora") || a.has("--lora-alpha")) {
     return fail(invalid_argument("--only-optimize-lora and --lora-alpha need --actor-lora-dim R "
                                  "with --task ppo"));
@@ -239,18 +240,18 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   }
   const EngineOptions eo{.device = device, .seed = static_cast<uint64_t>(*seed), .comm = comm->get()};
   auto actor_e = initialize(actor, *actor_cfg, eo);
-  if (!actor_e) return fail(actor_e.status().with_context("actor"));
+  if (!actor_e) return fail(actor_e.status().with_context("actor: "));
   auto critic_e = initialize(**critic, *critic_cfg, eo);
-  if (!critic_e) return fail(critic_e.status().with_context("critic"));
+  if (!critic_e) return fail(critic_e.status().with_context("critic: "));
   const DType dt = actor_cfg->compute_dtype();
   // --offload-reference-model: the reference lives and runs on the host (f32), its log-probs
   // copied over; the GPU holds none of it.
   const bool ref_on_host = a.has("--offload-reference-model");
   auto ref_w = InferenceWeights::bind(*ref_choice->model, ref_on_host ? Device::cpu() : device,
                                       ref_on_host ? DType::f32 : dt, static_cast<uint64_t>(*seed));
-  if (!ref_w) return fail(ref_w.status().with_context("reference"));
+  if (!ref_w) return fail(ref_w.status().with_context("reference: "));
   auto rm_w = InferenceWeights::bind(**reward_model, device, dt, static_cast<uint64_t>(*seed));
-  if (!rm_w) return fail(rm_w.status().with_context("reward model"));
+  if (!rm_w) return fail(rm_w.status().with_context("reward model: "));
 
   // Prompts: the tokenizer of the actor; each prompt's last --max-prompt-seq-len tokens; B per
   // rank a round.
@@ -288,7 +289,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
       }
       ids = tok->encode(j["prompt"].get<std::string>(), true);
       if (!ids) {
-        return fail(ids.status().with_context(fmt::format("{} line {}", data_values[0], line_no)));
+        return fail(ids.status().with_context(fmt::format("{} line {}: ", data_values[0], line_no)));
       }
     } else {
       return fail(invalid_argument(
@@ -342,7 +343,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   std::optional<BatchSampler> unsup;
   if (auto f = a.get("--unsupervised-dataset")) {
     auto file = TokenFile::open(*f);
-    if (!file) return fail(file.status().with_context("--unsupervised-dataset"));
+    if (!file) return fail(file.status().with_context("--unsupervised-dataset: "));
     auto sampler = BatchSampler::create(std::make_shared<const TokenFile>(std::move(file).value()),
                                         {.batch_size = B,
                                          .seq_len = *max_prompt + *max_answer,
@@ -351,7 +352,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
                                          .rank = rank,
                                          .world_size = world,
                                          .vocab_size = ac.vocab_size});
-    if (!sampler) return fail(sampler.status().with_context("--unsupervised-dataset"));
+    if (!sampler) return fail(sampler.status().with_context("--unsupervised-dataset: "));
     unsup.emplace(std::move(sampler).value());
     auto coef = number_flag(a, "--unsup-coef", po.unsup_coef);
     if (!coef) return fail(coef.status());
@@ -374,7 +375,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   std::unique_ptr<tasks::TpInference> tp_inference;
   if (*inference_tp > 1) {
     auto t = tasks::TpInference::create(actor, **actor_e, **comm, static_cast<int>(*inference_tp));
-    if (!t) return fail(t.status().with_context("--inference-tp-size"));
+    if (!t) return fail(t.status());
     tp_inference = std::move(t).value();
     po.tp_inference = tp_inference.get();
   }
@@ -392,7 +393,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   std::optional<tasks::WeightsEma> ema;
   if (a.has("--enable-ema")) {
     auto e = tasks::WeightsEma::start(**actor_e);
-    if (!e) return fail(e.status().with_context("--enable-ema"));
+    if (!e) return fail(e.status().with_context("--enable-ema: "));
     ema.emplace(std::move(e).value());
     trainer.set_after_actor_step([&ema, &actor_e] { return ema->update(**actor_e); });
   }
@@ -451,7 +452,7 @@ int cmd_train_ppo(const ParsedArgs& a, const std::vector<std::string>& data_valu
   if (auto dir = a.get("--save")) {
     for (auto [name, e] : {std::pair{"actor", actor_e->get()}, std::pair{"critic", critic_e->get()}}) {
       if (Status s = e->save_checkpoint(*dir + "/" + name, "", {{"task", "ppo"}}); !s.is_ok()) {
-        return fail(s.with_context(name));
+        return fail(s.with_context(std::string(name) + ": "));
       }
     }
     if (ema) {

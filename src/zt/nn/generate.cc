@@ -67,6 +67,8 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
     hi = std::max<int64_t>(hi, static_cast<int64_t>(p.size()));
   }
   if (options.group_min_prompt > 0) {
+    ZT_ASSERT(options.everyone_done != nullptr,
+              "the group's prompt lengths are for ranks that stop together (everyone_done)");
     ZT_ASSERT(options.group_min_prompt <= lo && options.group_max_prompt >= hi,
               "the group's prompt lengths [{}, {}] do not span this batch's [{}, {}]",
               options.group_min_prompt, options.group_max_prompt, lo, hi);
@@ -142,7 +144,9 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Context ctx,
       }
       const int32_t next = next_ids[b];
       seqs[b].push_back(next);
-      if (!done[b]) out[b].push_back(next);
+      if (!done[b] && static_cast<int64_t>(out[b].size()) < options.max_new_tokens) {
+        out[b].push_back(next);
+      }
       if (std::find(options.eos_token_ids.begin(), options.eos_token_ids.end(), next) !=
               options.eos_token_ids.end() ||
           static_cast<int64_t>(out[b].size()) >= options.max_new_tokens) {

@@ -1,4 +1,4 @@
-// Text generation from a causal language model: a batch of prompts of one length, greedy or
+// Text generation from a causal language model: a batch of prompts (of any lengths), greedy or
 // sampled (temperature, top-k, top-p as transformers applies them, in that order), with a KV cache
 // (nn/kv_cache.h: the prompt once, then one token per step) or, as a check, a full forward over
 // the whole sequence for every new token.

@@ -388,7 +388,7 @@ Status PipelineEngine::execute(const Instruction& in,
       // whole micro-batch, so they agree on it.
       Result<int64_t> counted = models_.front()->check_batch(mb.tokens, mb.targets);
       if (!counted) {
-        return counted.status().with_context(fmt::format("pipeline micro-batch {}", in.micro_batch));
+        return counted.status().with_context(fmt::format("pipeline micro-batch {}: ", in.micro_batch));
       }
       if (first) b->input = mb.tokens.to(dev, stream);
       if (last) {

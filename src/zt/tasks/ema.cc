@@ -69,7 +69,7 @@ Status WeightsEma::save(Engine& engine, const std::string& dir) {
   }
   std::vector<double> failed{local.is_ok() ? 0.0 : 1.0};
   ZT_RETURN_IF_ERROR(engine.all_reduce_job(failed, ReduceOp::kMax));
-  if (!local.is_ok()) return local.with_context(fmt::format("saving the EMA to '{}'", dir));
+  if (!local.is_ok()) return local.with_context(fmt::format("saving the EMA to '{}': ", dir));
   if (failed[0] != 0.0) return io_error("saving the EMA to '{}' failed on rank 0", dir);
   return Status::ok();
 }

@@ -150,8 +150,26 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   }
   if (o_.max_answer_len < 1) return invalid_argument("max_answer_len must be at least 1");
   const nn::TransformerConfig& ac = m_.actor.transformer_config();
+  Engine& actor_engine = m_.actor_engine;
   const int64_t T = P + o_.max_answer_len;
-  if (T > ac.max_positions) {
+  const bool too_long = T > ac.max_positions;
+  // Every rank learns the others' shortest and longest prompts (collective generation runs
+  // from the one to the other) and whether any rank's round is refused, before any collective
+  // of the round (one alone would wait for the others).
+  int64_t group_min = Pmin, group_max = P;
+  if (actor_engine.world_size() > 1) {
+    std::vector<double> span{-static_cast<double>(Pmin), static_cast<double>(P),
+                             too_long ? 1.0 : 0.0};
+    ZT_RETURN_IF_ERROR(actor_engine.all_reduce_job(span, ReduceOp::kMax)
+                           .with_context("agreeing on the prompts' lengths: "));
+    group_min = static_cast<int64_t>(-span[0]);
+    group_max = static_cast<int64_t>(span[1]);
+    if (span[2] != 0.0 && !too_long) {
+      return invalid_argument("another rank's prompt + answer exceed the actor's context of {}",
+                              ac.max_positions);
+    }
+  }
+  if (too_long) {
     return invalid_argument("prompt {} + answer {} tokens exceed the actor's context of {}", P,
                             o_.max_answer_len, ac.max_positions);
   }
@@ -168,10 +186,9 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   g.seed = o_.generation.seed + static_cast<uint64_t>(generations_++) * 1000003ULL;
   // The hybrid engine: the whole weights held for generation and the actor's log-probs (and
   // released on every way out); forwards then need no hooks and ranks no agreement.
-  Engine& actor_engine = m_.actor_engine;
   TpInference* tp = o_.hybrid_engine ? o_.tp_inference : nullptr;
   const bool held = o_.hybrid_engine && tp == nullptr && actor_engine.config().zero.stage == 3;
-  if (held) ZT_RETURN_IF_ERROR(actor_engine.hold_full_weights().with_context("hybrid engine"));
+  if (held) ZT_RETURN_IF_ERROR(actor_engine.hold_full_weights());
   struct Release {
     Engine* e;
     ~Release() {
@@ -183,11 +200,8 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   if (!held && tp == nullptr && actor_engine.world_size() > 1) {
     // The forwards are collective: every rank runs as many, from the shortest prompt of any
     // rank to the longest one's end.
-    std::vector<double> span{-static_cast<double>(Pmin), static_cast<double>(P)};
-    ZT_RETURN_IF_ERROR(actor_engine.all_reduce_job(span, ReduceOp::kMax)
-                           .with_context("agreeing on the prompts' lengths"));
-    g.group_min_prompt = static_cast<int64_t>(-span[0]);
-    g.group_max_prompt = static_cast<int64_t>(span[1]);
+    g.group_min_prompt = group_min;
+    g.group_max_prompt = group_max;
     // Every rank decodes until the last rank's rows have finished (the actor's forwards are
     // collective under ZeRO-3; a rank whose rows ended early keeps stepping them, discarding).
     // A failed agreement stops generation and is the round's error.
@@ -203,8 +217,9 @@ Result<PpoExperience> PpoTrainer::generate_experience(
   if (tp != nullptr) {
     // The tensor-parallel layout: filled, generated on by the group, freed (all counted as
     // generation time, as the hybrid engine's switch is part of it).
-    ZT_RETURN_IF_ERROR(tp->fill());
-    auto a = tp->generate(prompts, g);
+    Status filled = tp->fill();
+    auto a = filled.is_ok() ? tp->generate(prompts, g)
+                            : Result<std::vector<std::vector<int32_t>>>(filled);
     tp->release();
     if (!a) return a.status();
     answers = std::move(a).value();
@@ -212,7 +227,7 @@ Result<PpoExperience> PpoTrainer::generate_experience(
     answers = nn::generate_batch(m_.actor, actor_engine.eval_context(), prompts, g, actor_hooks);
   }
   e.generate_s = seconds_since(t0);
-  ZT_RETURN_IF_ERROR(sync.with_context("generation"));
+  ZT_RETURN_IF_ERROR(sync.with_context("generation: "));
 
   // seq = prompt + answer + padding (each row from position 0: the models see no padding
   // before a prompt); the mask of real tokens, shifted: the action mask. The per-position

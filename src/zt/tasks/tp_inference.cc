@@ -98,7 +98,7 @@ Status TpInference::fill() {
     flats_.push_back(flat);
     hooks->after_forward(static_cast<int>(u));
   }
-  return engine_.zero_state().finish_pass().with_context("filling the tensor-parallel actor");
+  return engine_.zero_state().finish_pass().with_context("filling the tensor-parallel actor: ");
 }
 
 void TpInference::release() {
@@ -164,7 +164,7 @@ Result<std::vector<std::vector<int32_t>>> TpInference::generate(
     if (Status st = h.wait(); !st.is_ok() && failed.is_ok()) failed = st;
   }
   pending_.clear();
-  ZT_RETURN_IF_ERROR(failed.with_context("tensor-parallel generation"));
+  ZT_RETURN_IF_ERROR(failed.with_context("tensor-parallel generation: "));
   return std::vector<std::vector<int32_t>>(answers.begin() + tp_rank_ * B,
                                            answers.begin() + (tp_rank_ + 1) * B);
 }

@@ -330,10 +330,10 @@ int autotune_main(const TuneRequest& req) {
   auto user = user_config_read(req.command, &config_path);
   if (!user) return fail(user.status());
   auto cfg = autotuning_config_parse(user->value("autotuning", Json()));
-  if (!cfg) return fail(cfg.status().with_context(config_path));
+  if (!cfg) return fail(cfg.status().with_context(config_path + ": "));
   for (const auto& w : cfg->warnings) say("warning: " + w);
   auto stages = tuning_stages_parse(*user);
-  if (!stages) return fail(stages.status().with_context(config_path));
+  if (!stages) return fail(stages.status().with_context(config_path + ": "));
   if (user->contains("train_micro_batch_size_per_gpu") &&
       (*user)["train_micro_batch_size_per_gpu"].is_array()) {
     for (const Json& b : (*user)["train_micro_batch_size_per_gpu"]) {

@@ -1023,24 +1023,37 @@ int64_t ZeroState::full_weights_bytes() const {
 
 Status ZeroState::hold_full_weights() {
   if (options_.stage < 3 || held_) return Status::ok();
+  Status fits = Status::ok();
   if (options_.device.is_cuda()) {
     const int64_t need = full_weights_bytes();
     const int64_t total = cuda_device_total_memory(options_.device.index);
     const auto in_use = static_cast<int64_t>(allocator_stats(options_.device).allocated_bytes);
     // A margin for the work of the forwards that follow (activations, the KV cache).
     if (total > 0 && need + in_use > total - total / 16) {
-      return Status(StatusCode::kOutOfMemory, fmt::format(
+      fits = Status(StatusCode::kOutOfMemory, fmt::format(
           "the hybrid engine gathers the whole model onto every GPU for generation: {:.2f} GiB "
-          "in {} beside the {:.2f} GiB in use does not fit {}'s {:.2f} GiB; train without "
-          "--enable-hybrid-engine (generation then gathers each unit per token) or on more or "
-          "larger GPUs",
+          "in {} beside the {:.2f} GiB in use does not fit {}'s {:.2f} GiB on rank {}; turn the "
+          "hybrid engine off (--enable-hybrid-engine, hybrid_engine.enabled: generation then "
+          "gathers each unit per token), split its generation (--inference-tp-size) or use "
+          "more or larger GPUs",
           need / 1073741824.0, dtype_name(options_.compute_dtype), in_use / 1073741824.0,
-          options_.device.str(), total / 1073741824.0));
+          options_.device.str(), total / 1073741824.0, rank()));
     }
+  }
+  // Every rank learns whether any cannot hold it before any gathers (or one would wait alone).
+  std::vector<double> failed{fits.is_ok() ? 0.0 : 1.0};
+  ZT_RETURN_IF_ERROR(all_reduce_doubles(failed, ReduceOp::kMax));
+  if (!fits.is_ok()) return fits;
+  if (failed[0] != 0.0) {
+    return Status(StatusCode::kOutOfMemory,
+                  "the hybrid engine's whole model does not fit another rank's GPU (its log "
+                  "says how much it needs)");
   }
   for (int u = 0; u < static_cast<int>(units_.size()); ++u) gather(u);
   held_ = true;
-  return finish_pass().with_context("gathering the whole model (hybrid engine)");
+  Status s = finish_pass();
+  if (!s.is_ok()) release_full_weights();  // (nothing stays gathered after a failure)
+  return s.with_context("gathering the whole model for the hybrid engine: ");
 }
 
 void ZeroState::release_full_weights() {
