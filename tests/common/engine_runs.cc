@@ -4,8 +4,19 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
+#include "zt/nn/models/registry.h"
 
 namespace zt::testing {
+
+nn::TransformerConfig tiny_llama_config(int vocab) {
+  auto c = nn::model_config_named("llama-tiny");
+  EXPECT_TRUE(c.is_ok()) << c.status().message();
+  nn::TransformerConfig tc = *c;
+  tc.n_layer = 2;
+  tc.vocab_size = vocab;
+  tc.padded_vocab_size = nn::padded_vocab(vocab);
+  return tc;
+}
 
 nn::Gpt2Config tiny_gpt2_config() {
   return {.n_layer = 2,

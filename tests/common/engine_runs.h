@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "zt/nn/models/gpt2.h"
+#include "zt/nn/models/transformer.h"
 #include "zt/runtime/engine.h"
 
 namespace zt::testing {
 
 // 2 layers, 2 heads, width 16, vocabulary 23 (padded to 64), sequence 8.
 nn::Gpt2Config tiny_gpt2_config();
+// llama-tiny with 2 layers and a vocabulary of `vocab` tokens (the PPO tests' actor and critic).
+nn::TransformerConfig tiny_llama_config(int vocab);
 // The GPU tests' model: `n_layer` layers, 4 heads, width 64, vocabulary 97 (padded to 128),
 // sequence 32.
 nn::Gpt2Config small_gpt2_config(int n_layer);

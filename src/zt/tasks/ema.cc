@@ -40,25 +40,9 @@ Status WeightsEma::update(Engine& engine) {
 }
 
 Result<std::vector<Tensor>> WeightsEma::gather(Engine& engine) {
-  zero::ZeroState& z = engine.zero_state();
-  const zero::ZeroOptions& o = z.options();
-  const Stream& s = o.stream;
-  // The frozen units' values (and the layout) from the engine; the trained ones from the EMA.
-  ZT_ASSIGN_OR_RETURN(std::vector<Tensor> full, engine.gather_master());
-  for (int u = 0; u < static_cast<int>(ema_.size()); ++u) {
-    const Tensor& e = ema_[static_cast<size_t>(u)];
-    if (!e.defined()) continue;
-    if (o.stage == 0) {
-      full[static_cast<size_t>(u)] = e.to(Device::cpu(), s);
-      continue;
-    }
-    const zero::UnitState& st = z.units()[static_cast<size_t>(u)];
-    Tensor whole = Tensor::empty({st.padded}, DType::f32, o.device, s);
-    Tensor send = e.device() == o.device ? e.clone(s) : e.to(o.device, s);
-    ZT_RETURN_IF_ERROR(o.comm->all_gather(whole, send, s).wait());
-    full[static_cast<size_t>(u)] = whole.to(Device::cpu(), s);
-  }
-  return full;
+  // The engine's gather with the average in place of each trained unit's master (the frozen
+  // units' values as they are).
+  return engine.zero_state().gather_master(ema_);
 }
 
 Status WeightsEma::save(Engine& engine, const std::string& dir) {

@@ -697,7 +697,7 @@ Status ZeroState::all_reduce_doubles(std::vector<double>& values, ReduceOp op) {
   return Status::ok();
 }
 
-Result<std::vector<Tensor>> ZeroState::gather_master() {
+Result<std::vector<Tensor>> ZeroState::gather_master(std::span<const Tensor> in_place_of_master) {
   std::vector<Tensor> out;
   const Stream& s = options_.stream;
   for (auto& st : units_) {
@@ -715,7 +715,12 @@ Result<std::vector<Tensor>> ZeroState::gather_master() {
       continue;
     }
     const int u = static_cast<int>(out.size());
-    ZT_ASSIGN_OR_RETURN(const Tensor master, master_values(u));
+    Tensor master;
+    if (static_cast<size_t>(u) < in_place_of_master.size() && in_place_of_master[u].defined()) {
+      master = in_place_of_master[u];
+    } else {
+      ZT_ASSIGN_OR_RETURN(master, master_values(u));
+    }
     if (options_.stage == 0) {
       out.push_back(master.to(Device::cpu(), s));
       continue;

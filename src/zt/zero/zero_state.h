@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "zt/checkpoint/flat_layout.h"
@@ -290,8 +291,10 @@ class ZeroState : public nn::UnitHooks {
   void drop_prefetches();
   // Sums (or maxes) a few doubles over all ranks; a no-op with one rank.
   Status all_reduce_doubles(std::vector<double>& values, ReduceOp op);
-  // Gathers the full fp32 master weights of every unit onto this rank (checks, exports).
-  Result<std::vector<Tensor>> gather_master();
+  // Gathers the full fp32 master weights of every unit onto this rank (checks, exports). With
+  // `in_place_of_master`, a trained unit whose entry is defined gathers that tensor (laid out
+  // as its master extent: a moving average of it) instead.
+  Result<std::vector<Tensor>> gather_master(std::span<const Tensor> in_place_of_master = {});
   // Unit u's fp32 master over its master extent: the tensor itself, or (swapped to NVMe) a host
   // copy read from the swap file.
   Result<Tensor> master_values(int u);

@@ -29,6 +29,31 @@ std::vector<int32_t> read_ids(const ckpt::SafetensorsFile& f, const std::string&
   return v;
 }
 
+// A fixture's generation expectations: B prompts of P tokens, and transformers' greedy rows of
+// `row` = P + N tokens.
+struct Expected {
+  bool ok = false;
+  std::vector<int32_t> prompt, expected;
+  int64_t B = 0, P = 0, N = 0, row = 0;
+};
+Expected expected_of(const std::string& name) {
+  Expected x;
+  auto ex = ckpt::SafetensorsFile::open(kFixtures + name + "/expected.safetensors");
+  EXPECT_TRUE(ex.is_ok()) << ex.status().message();
+  if (!ex.is_ok()) return x;
+  std::vector<int64_t> ps, gs;
+  x.prompt = read_ids(*ex, "generate_prompt", &ps);
+  x.expected = read_ids(*ex, "generated", &gs);
+  EXPECT_EQ(ps.size(), 2u);
+  if (ps.size() != 2 || gs.size() != 2) return x;
+  x.B = ps[0];
+  x.P = ps[1];
+  x.row = gs[1];
+  x.N = gs[1] - ps[1];
+  x.ok = true;
+  return x;
+}
+
 struct Loaded {
   LoadedModel m;
   std::unique_ptr<InferenceWeights> w;
@@ -58,13 +83,12 @@ class GenerateFixture : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
   Loaded l = load(GetParam());
-  auto ex = ckpt::SafetensorsFile::open(kFixtures + GetParam() + "/expected.safetensors");
-  ASSERT_TRUE(ex.is_ok()) << ex.status().message();
-  std::vector<int64_t> ps, gs;
-  const std::vector<int32_t> prompt = read_ids(*ex, "generate_prompt", &ps);
-  const std::vector<int32_t> expected = read_ids(*ex, "generated", &gs);
-  ASSERT_EQ(ps.size(), 2u);
-  const int64_t B = ps[0], P = ps[1], N = gs[1] - P;
+  const Expected x = expected_of(GetParam());
+  ASSERT_TRUE(x.ok);
+  const std::vector<int32_t>& prompt = x.prompt;
+  const std::vector<int32_t>& expected = x.expected;
+  const int64_t B = x.B, P = x.P, N = x.N;
+  const std::vector<int64_t> gs = {B, x.row};  // (rows, prompt + new tokens)
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t b = 0; b < B; ++b) prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
   const TransformerConfig& c = l.m.model->transformer_config();
@@ -82,12 +106,12 @@ TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
 
 TEST_P(GenerateFixture, RowsStopAfterTheirEosToken) {
   Loaded l = load(GetParam());
-  auto ex = ckpt::SafetensorsFile::open(kFixtures + GetParam() + "/expected.safetensors");
-  ASSERT_TRUE(ex.is_ok());
-  std::vector<int64_t> ps, gs;
-  const std::vector<int32_t> prompt = read_ids(*ex, "generate_prompt", &ps);
-  const std::vector<int32_t> expected = read_ids(*ex, "generated", &gs);
-  const int64_t B = ps[0], P = ps[1], N = gs[1] - P;
+  const Expected x = expected_of(GetParam());
+  ASSERT_TRUE(x.ok);
+  const std::vector<int32_t>& prompt = x.prompt;
+  const std::vector<int32_t>& expected = x.expected;
+  const int64_t B = x.B, P = x.P, N = x.N;
+  const std::vector<int64_t> gs = {B, x.row};  // (rows, prompt + new tokens)
   std::vector<std::vector<int32_t>> prompts, want(B);
   for (int64_t b = 0; b < B; ++b) {
     prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
@@ -114,12 +138,12 @@ TEST_P(GenerateFixture, RowsStopAfterTheirEosToken) {
 // full-length row what transformers gives.
 TEST_P(GenerateFixture, RaggedPromptsEqualEachRowAlone) {
   Loaded l = load(GetParam());
-  auto ex = ckpt::SafetensorsFile::open(kFixtures + GetParam() + "/expected.safetensors");
-  ASSERT_TRUE(ex.is_ok());
-  std::vector<int64_t> ps, gs;
-  const std::vector<int32_t> prompt = read_ids(*ex, "generate_prompt", &ps);
-  const std::vector<int32_t> expected = read_ids(*ex, "generated", &gs);
-  const int64_t B = ps[0], P = ps[1], N = gs[1] - P;
+  const Expected x = expected_of(GetParam());
+  ASSERT_TRUE(x.ok);
+  const std::vector<int32_t>& prompt = x.prompt;
+  const std::vector<int32_t>& expected = x.expected;
+  const int64_t B = x.B, P = x.P, N = x.N;
+  const std::vector<int64_t> gs = {B, x.row};  // (rows, prompt + new tokens)
   ASSERT_GE(P, B + 1);
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t b = 0; b < B; ++b) {

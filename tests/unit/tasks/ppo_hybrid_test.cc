@@ -29,15 +29,7 @@ namespace {
 
 constexpr int kVocab = 16, kPromptLen = 4, kAnswerLen = 8, kRows = 4;
 
-nn::TransformerConfig tiny_config() {
-  auto c = nn::model_config_named("llama-tiny");
-  EXPECT_TRUE(c.is_ok());
-  nn::TransformerConfig tc = *c;
-  tc.n_layer = 2;
-  tc.vocab_size = kVocab;
-  tc.padded_vocab_size = nn::padded_vocab(kVocab);
-  return tc;
-}
+nn::TransformerConfig tiny_config() { return testing::tiny_llama_config(kVocab); }
 
 std::unique_ptr<Engine> engine_for(nn::Model& m, int stage, double lr, int world,
                                    Communicator* comm) {
