@@ -60,6 +60,15 @@ class TempDir {
 // A loopback TCP port that was free a moment ago (bind to port 0, read it back, close).
 int free_tcp_port();
 
+// True in the AddressSanitizer build (scripts/test.sh's second phase), where every step costs
+// many times more: the longest multi-rank learning runs skip there, their single-rank siblings
+// and the normal build keep them covered.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kUnderSanitizer = true;
+#else
+inline constexpr bool kUnderSanitizer = false;
+#endif
+
 }  // namespace zt::testing
 
 #define ZT_SKIP_WITHOUT_CUDA()                                               \

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every ZeRO stage on 2 and 4 CPU ranks (zt launch + Gloo) reproduces the single-process run
+"""Every ZeRO stage on 2 CPU ranks, and 4 in fp32 (zt launch + Gloo), reproduces the single-process run
 with the same global batch: 20 steps of gpt2-tiny, clipping on, accumulation 1 and 2.
 
 Oracle: the single-process run of the same stage and config (world size 1). The optimizer is
@@ -117,7 +117,9 @@ for gas, precision in cases:
     for stage in range(4):
         _, ref_steps, ref_params = run(1, stage, gas, precision)
         pmax = max(abs(x) for x in ref_params)
-        for world in worlds:
+        # 4 ranks for fp32 only: the 16-bit paths differ from fp32 in rounding, not in sharding,
+        # and 2 ranks cover them (4 ranks on CI's 2 cores are the suite's slowest runs).
+        for world in (worlds if precision == "fp32" else worlds[:1]):
             name = f"world {world} stage {stage} gas {gas} {precision}"
             try:
                 run_rec, steps, params = run(world, stage, gas, precision)
