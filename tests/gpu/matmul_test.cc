@@ -182,12 +182,42 @@ TEST(MatmulCuda, WeightGradWritesThenAddsLikeCpu) {
     kernels::matmul_weight_grad(dw, dout_d, in_d, kernels::Accumulate::kAdd);
     expect_close(values(dw), values(ref), 1e-5, 1e-5, "dweight");
   }
-  Tensor dw = Tensor::from_doubles(std::vector<double>(M * K, 1.0), {M, K}, DType::f32)
-                  .to(Device::cuda(0));
+  Tensor dw =
+      Tensor::from_doubles(std::vector<double>(M * K, 1.0), {M, K}, DType::f32).to(Device::cuda(0));
   kernels::matmul_weight_grad(dw, Tensor::empty({0, M}, DType::bf16, Device::cuda(0)),
                               Tensor::empty({0, K}, DType::bf16, Device::cuda(0)),
                               kernels::Accumulate::kWrite);
   EXPECT_EQ(dw.to_doubles(), std::vector<double>(M * K, 0.0));
+}
+
+// kernels::gemm_autotune: a problem's first call times several algorithms by running it again
+// and again. Every form must still give the CPU's result once: the plain and bias GEMMs and the
+// backward (din written, the weight and bias gradients added onto non-zero ones), the residual
+// read from a separate input (repeatable), and a weight gradient written then added in place
+// (C += A B must not be timed: each run would add again). Shapes no other test uses.
+TEST(MatmulCuda, AutotunedMatchesCpuAndAddsOnce) {
+  ZT_SKIP_WITHOUT_CUDA();
+  kernels::set_gemm_autotune(true);
+  check_matmul({2, 96, 136, 200, WithBias::kYes, WithDin::kYes, OnStream::kCreated, 81});
+  check_matmul({1, 72, 88, 168, WithBias::kNo, WithDin::kYes, OnStream::kDefault, 82});
+  check_matmul_residual(104, 56, 120, true, 83);
+  const int64_t N = 120, K = 40, M = 56;
+  Tensor in = exact_tensor({N, K}, 84);
+  Tensor dout = exact_tensor({N, M}, 85);
+  Tensor ref = Tensor::zeros({M, K}, DType::f32);
+  kernels::matmul_weight_grad(ref, dout, in, kernels::Accumulate::kWrite);
+  kernels::matmul_weight_grad(ref, dout, in, kernels::Accumulate::kAdd);
+  kernels::matmul_weight_grad(ref, dout, in, kernels::Accumulate::kAdd);
+  for (const DtypeCase& d : kComputeDtypes) {
+    SCOPED_TRACE(d.name);
+    Tensor dw = Tensor::zeros({M, K}, DType::f32, Device::cuda(0));
+    Tensor in_d = to_cuda(in, d.dtype), dout_d = to_cuda(dout, d.dtype);
+    kernels::matmul_weight_grad(dw, dout_d, in_d, kernels::Accumulate::kWrite);
+    kernels::matmul_weight_grad(dw, dout_d, in_d, kernels::Accumulate::kAdd);
+    kernels::matmul_weight_grad(dw, dout_d, in_d, kernels::Accumulate::kAdd);
+    expect_close(values(dw), values(ref), 1e-5 * std::sqrt(double(N)), 1e-5, "3 x dout^T in");
+  }
+  kernels::set_gemm_autotune(false);
 }
 
 }  // namespace

@@ -74,7 +74,23 @@ std::atomic<bool>& attention_deterministic_setting() {
   return on;
 }
 
+std::atomic<bool>& gemm_autotune_setting() {
+  static std::atomic<bool> on{[] {
+    const char* v = std::getenv("ZT_GEMM_AUTOTUNE");
+    return v != nullptr && std::string_view(v) == "1";
+  }()};
+  return on;
+}
+
 }  // namespace
+
+bool gemm_autotune() {
+  return gemm_autotune_setting().load();
+}
+
+void set_gemm_autotune(bool on) {
+  gemm_autotune_setting().store(on);
+}
 
 bool attention_deterministic() {
   return attention_deterministic_setting().load();

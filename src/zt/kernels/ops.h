@@ -129,6 +129,12 @@ bool cudnn_available();
 bool attention_deterministic();
 void set_attention_deterministic(bool on);
 int64_t attention_workspace_limit();
+// Whether a CUDA GEMM problem met for the first time times the cuBLASLt heuristic's first few
+// algorithms and keeps the fastest (kernels/cuda/gemm.cc; default false, ZT_GEMM_AUTOTUNE=1 sets
+// it true). Faster where the heuristic's first pick is not the best, but a run is then no longer
+// bitwise reproducible from process to process. Problems already planned keep their algorithm.
+bool gemm_autotune();
+void set_gemm_autotune(bool on);
 
 // Unwraps a parenthesised list: ZT_OP_LIST((a, b)) -> a, b.
 #define ZT_OP_LIST(...) __VA_ARGS__

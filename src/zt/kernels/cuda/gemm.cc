@@ -8,13 +8,18 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "zt/core/assert.h"
 #include "zt/kernels/cuda/gemm.cuh"
+#include "zt/kernels/ops.h"
 
 namespace zt::kernels::cuda {
 namespace {
@@ -164,6 +169,132 @@ void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, co
   ZT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, v, size));
 }
 
+// Plans: the algorithm chosen for each GEMM problem (shapes, layouts, dtypes, epilogue,
+// alignments; not the pointers), kept for the process so cuBLASLt's heuristic runs once per
+// problem instead of once per call. With kernels::gemm_autotune() (ZT_GEMM_AUTOTUNE=1) the
+// heuristic's first kAutotuneCandidates answers are timed on the problem's first call and the
+// fastest is kept: faster GEMMs where the heuristic's first pick is not the best, at the price of
+// run-to-run bitwise reproducibility (timing noise can pick a different algorithm in another
+// process, and algorithms sum in different orders). Off, the choice is the heuristic's first.
+struct PlanKey {
+  int device;
+  uint64_t m, n, k;
+  int64_t batch;
+  cublasOperation_t op_first, op_second;
+  int64_t ld_first, ld_second, ld_c;
+  int64_t stride_first, stride_second, stride_c;
+  DType ab, c;
+  int epilogue;
+  GemmAct act;
+  bool bias, beta, c_in;
+  uint32_t align_a, align_b, align_c;
+  auto tie() const {
+    return std::tie(device, m, n, k, batch, op_first, op_second, ld_first, ld_second, ld_c,
+                    stride_first, stride_second, stride_c, ab, c, epilogue, act, bias, beta, c_in,
+                    align_a, align_b, align_c);
+  }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
+};
+
+constexpr int kAutotuneCandidates = 8;
+constexpr int kAutotuneRepeats = 3;
+
+struct PlanCache {
+  std::mutex mu;
+  std::map<PlanKey, std::optional<cublasLtMatmulAlgo_t>> plans;  // nullopt: no algorithm
+};
+
+PlanCache& plan_cache() {
+  static PlanCache* c = new PlanCache();
+  return *c;
+}
+
+bool autotune_enabled() {
+  return gemm_autotune();
+}
+
+// Milliseconds of kAutotuneRepeats runs after one warm-up run; infinity if the algorithm fails.
+template <typename Run>
+float time_algo(const cublasLtMatmulAlgo_t& algo, cudaStream_t stream, const Run& run) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ZT_CUDA_CHECK(cudaEventCreate(&start));
+  ZT_CUDA_CHECK(cudaEventCreate(&stop));
+  float ms = std::numeric_limits<float>::infinity();
+  if (run(algo) == CUBLAS_STATUS_SUCCESS) {
+    ZT_CUDA_CHECK(cudaEventRecord(start, stream));
+    bool ok = true;
+    for (int i = 0; i < kAutotuneRepeats && ok; ++i) ok = run(algo) == CUBLAS_STATUS_SUCCESS;
+    ZT_CUDA_CHECK(cudaEventRecord(stop, stream));
+    ZT_CUDA_CHECK(cudaEventSynchronize(stop));
+    if (ok) ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  }
+  ZT_CUDA_CHECK(cudaEventDestroy(start));
+  ZT_CUDA_CHECK(cudaEventDestroy(stop));
+  return ms;
+}
+
+// The problem's algorithm: the cached one, else the heuristic's first (or, autotuning, the
+// fastest of its first answers when `repeatable`). A problem met first while the stream is being
+// captured gets the heuristic's first without keeping it, so a later call outside the capture
+// tunes it; one that is not repeatable (C += A B in place) takes its overwriting twin's timed
+// choice when there is one, else the heuristic's first.
+template <typename Run>
+std::optional<cublasLtMatmulAlgo_t> plan_algo(const PlanKey& key, cublasLtHandle_t handle,
+                                              cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc,
+                                              cublasLtMatmulPreference_t pref, bool repeatable,
+                                              cudaStream_t stream, const Run& run) {
+  PlanCache& cache = plan_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    const auto it = cache.plans.find(key);
+    if (it != cache.plans.end()) return it->second;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ZT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  const bool tune = autotune_enabled() && repeatable && capture == cudaStreamCaptureStatusNone;
+  if (autotune_enabled() && !repeatable) {
+    // An accumulating GEMM (C += A B in place) takes its overwriting twin's timed choice.
+    PlanKey twin = key;
+    twin.beta = false;
+    std::optional<cublasLtMatmulAlgo_t> twin_algo;
+    {
+      std::lock_guard<std::mutex> lock(cache.mu);
+      const auto it = cache.plans.find(twin);
+      if (it != cache.plans.end()) twin_algo = it->second;
+    }
+    cublasLtMatmulHeuristicResult_t check{};
+    if (twin_algo.has_value() && cublasLtMatmulAlgoCheck(handle, desc, la, lb, lc, lc, &*twin_algo,
+                                                         &check) == CUBLAS_STATUS_SUCCESS) {
+      std::lock_guard<std::mutex> lock(cache.mu);
+      cache.plans.emplace(key, twin_algo);
+      return twin_algo;
+    }
+  }
+  cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates] = {};
+  int found = 0;
+  const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(
+      handle, desc, la, lb, lc, lc, pref, tune ? kAutotuneCandidates : 1, results, &found);
+  std::optional<cublasLtMatmulAlgo_t> algo;
+  if (hs == CUBLAS_STATUS_SUCCESS && found > 0) algo = results[0].algo;
+  if (tune && found > 1) {
+    float best = std::numeric_limits<float>::infinity();
+    for (int i = 0; i < found; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      const float ms = time_algo(results[i].algo, stream, run);
+      if (ms < best) {
+        best = ms;
+        algo = results[i].algo;
+      }
+    }
+  }
+  if (!autotune_enabled() || tune || !repeatable || !algo.has_value()) {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    cache.plans.emplace(key, algo);
+  }
+  return algo;
+}
+
 // One cuBLASLt attempt; false when its heuristic offers no algorithm for this problem.
 bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStream_t stream) {
   const int device = current_device();
@@ -220,17 +351,42 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
       pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c)));
 
   cublasLtHandle_t handle = lt_handle(device);
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, lc, lc, pref, 1, &result, &found);
-  const bool ok = hs == CUBLAS_STATUS_SUCCESS && found > 0;
-  if (ok) {
-    ZT_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &g.alpha, p.first.data, la, p.second.data, lb,
-                                   &g.beta, g.c_in != nullptr ? g.c_in : g.c, lc, g.c, lc,
-                                   &result.algo, workspace(device, stream), kWorkspaceBytes,
-                                   stream));
-  }
+  const PlanKey key{device,
+                    p.m,
+                    p.n,
+                    p.k,
+                    g.batch,
+                    p.first.op,
+                    p.second.op,
+                    p.first.ld,
+                    p.second.ld,
+                    ldc_of(g),
+                    p.first.stride,
+                    p.second.stride,
+                    g.stride_c,
+                    g.ab_dtype,
+                    g.c_dtype,
+                    static_cast<int>(epilogue),
+                    g.act,
+                    with_bias,
+                    g.beta != 0.0f,
+                    g.c_in != nullptr,
+                    align_a,
+                    align_b,
+                    align_c};
+  const void* c_read = g.c_in != nullptr ? g.c_in : g.c;
+  const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle, desc, &g.alpha, p.first.data, la, p.second.data, lb, &g.beta,
+                          c_read, lc, g.c, lc, &algo, workspace(device, stream), kWorkspaceBytes,
+                          stream);
+  };
+  // Timing runs the GEMM several times: only where running it again gives the same result (C
+  // not read, or read from a separate input) and the stream is not being captured into a graph.
+  const bool repeatable = g.beta == 0.0f || (g.c_in != nullptr && g.c_in != g.c);
+  const std::optional<cublasLtMatmulAlgo_t> algo =
+      plan_algo(key, handle, desc, la, lb, lc, pref, repeatable, stream, run);
+  if (algo.has_value()) ZT_CUBLAS_CHECK(run(*algo));
+  const bool ok = algo.has_value();
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   ZT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
   ZT_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
