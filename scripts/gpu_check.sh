@@ -27,6 +27,8 @@
 # Section `rlhf` runs zt train --task ppo on the GPU against the CPU and in bf16 at ZeRO 0 and 3;
 # section `rlhf_bench` (not in the default list) times a Llama 1B PPO round next to PyTorch;
 # `rlhf_2gpu` (not in the default list; 2 GPUs) DeepSpeed-Chat's 256 + 256 round on 1 and 2 GPUs.
+# Section `speed` (not in the default list) times a plan of one-GPU training runs, ZeroTrain's
+# variants (GEMM autotuning, kept activations, CUDA graph) next to eager and compiled PyTorch.
 # ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
@@ -852,6 +854,65 @@ for impl in order:
         if on and off:
             print(f"  {impl:<14}{m} {f'LoRA r{lr}' if lr else 'full'}, batch {b}: {on['tokens_per_s'] / off['tokens_per_s']:.3f}x, "
                   f"{off['peak_mem_bytes'] / 2**30:.1f} -> {on['peak_mem_bytes'] / 2**30:.1f} GiB")
+PY
+fi
+
+if on speed; then
+# Section `speed` (not in the default list): one-GPU training speed, ZeroTrain's variants next to
+# the peers in one call. ZT_SPEED_PLAN is a ';'-separated list of runs "IMPL MODEL BATCH SEQ
+# [ARG...]": IMPL zt (zt_bench_gpt2; ARGs are its flags, or VAR=VALUE set in its environment,
+# e.g. ZT_GEMM_AUTOTUNE=1 --keep-activations --cuda-graph), eager or compile (bench/gpt2_torch.py
+# for gpt2 and gpt-*, bench/llama_torch.py for llama-*). ZT_SPEED_STEPS (default 20) timed steps
+# after 5 warm-up; ZT_SPEED_TRACE=N traces N more steps of each zt run kernel by kernel (the table
+# in its log). JSON lines in speed.jsonl, logs in speed_*.log, the table in speed.txt.
+so=$out/speed.jsonl
+: >"$so"
+sp_plan=${ZT_SPEED_PLAN:-"zt gpt2 16 1024;zt gpt2 16 1024 ZT_GEMM_AUTOTUNE=1;compile gpt2 16 1024"}
+IFS=';' read -r -a sp_runs <<<"$sp_plan"
+sp_n=0
+for sp_r in "${sp_runs[@]}"; do
+  read -r -a sp_w <<<"$sp_r"
+  sp_i=${sp_w[0]} sp_m=${sp_w[1]} sp_b=${sp_w[2]} sp_s=${sp_w[3]}
+  sp_n=$((sp_n + 1))
+  sp_env=() sp_args=()
+  for sp_a in "${sp_w[@]:4}"; do
+    if [[ "$sp_a" == *=* && "$sp_a" != --* ]]; then sp_env+=("$sp_a"); else sp_args+=("$sp_a"); fi
+  done
+  sp_log=$out/speed_${sp_n}_${sp_i}_${sp_m}.log
+  echo "== speed $sp_n: $sp_r"
+  case $sp_i in
+    zt)
+      sp_t=()
+      [ -n "${ZT_SPEED_TRACE:-}" ] && sp_t=(--kernel-trace "$ZT_SPEED_TRACE")
+      env "${sp_env[@]}" "$bin"/zt_bench_gpt2 --model "$sp_m" --batch "$sp_b" --seq "$sp_s" \
+        --dtype bf16 --steps "${ZT_SPEED_STEPS:-20}" --warmup 5 "${sp_t[@]}" "${sp_args[@]}" \
+        2>"$sp_log" | python3 -c "
+import json, sys
+for l in sys.stdin:
+    r = json.loads(l); r['variant'] = sys.argv[1]; print(json.dumps(r))" "${sp_w[*]:4}" >>"$so" ||
+        tail -5 "$sp_log" ;;
+    eager | compile)
+      sp_py=bench/gpt2_torch.py
+      [[ "$sp_m" == llama* ]] && sp_py=bench/llama_torch.py
+      sp_c=()
+      [ "$sp_i" = compile ] && sp_c=(--compile)
+      python3 "$sp_py" --model "$sp_m" --batch "$sp_b" --seq "$sp_s" --steps "${ZT_SPEED_STEPS:-20}" \
+        "${sp_c[@]}" "${sp_args[@]}" >>"$so" 2>"$sp_log" || tail -5 "$sp_log" ;;
+  esac
+done
+python3 - "$so" <<'PY' | tee "$out/speed.txt"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.lstrip().startswith("{")]
+key = lambda r: (r["model"], r["batch"], r["seq"])
+comp = {key(r): r for r in rows if r["impl"] == "torch.compile"}
+print(f"\n{'impl':<14}{'model':<10}{'batch':>6}{'seq':>6}  {'variant':<42}{'tokens/s':>10}{'MFU':>7}"
+      f"{'step ms':>9}{'peak GiB':>10}{'÷ compile':>11}")
+for r in rows:
+    c = comp.get(key(r))
+    ratio = f"{r['tokens_per_s'] / c['tokens_per_s']:.3f}" if c and r is not c else "-"
+    print(f"{r['impl']:<14}{r['model']:<10}{r['batch']:>6}{r['seq']:>6}  {r.get('variant', '')[:41]:<42}"
+          f"{r['tokens_per_s']:>10.0f}{r.get('mfu', 0):>7.3f}{r['step_ms_median']:>9.2f}"
+          f"{r['peak_mem_bytes'] / 2**30:>10.2f}{ratio:>11}")
 PY
 fi
 
