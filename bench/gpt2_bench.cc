@@ -11,7 +11,7 @@
 //                 [--zero-keys '"reduce_bucket_size": 5e7, "overlap_comm": true']
 //                 [--ds-keys '"aio": {"queue_depth": 32}']
 //                 [--gradient-checkpointing] [--lora-dim R [--lora-alpha A] [--only-optimize-lora]]
-//                 [--kernel-trace N] [--cuda-graph]
+//                 [--kernel-trace N] [--cuda-graph] [--keep-activations]
 //
 // --gradient-checkpointing: activation checkpointing (EngineOptions::activation_checkpointing, as
 // `zt train --gradient-checkpointing`): each block keeps only its input and recomputes the rest
@@ -26,7 +26,8 @@
 //
 // --cuda-graph: each step is Engine::train_batch with EngineOptions::cuda_graph (the whole step
 // captured as a CUDA graph after the engine's two warm-up steps, then replayed); the JSON line
-// says "cuda_graph": true.
+// says "cuda_graph": true. --keep-activations: EngineOptions::keep_activations (the MLP's
+// activation output kept for backward instead of recomputed).
 // --kernel-trace N: after the timed steps, N more steps run under CUPTI's activity tracing and
 // the GPU time of each kernel (summed by name, per step) goes to stderr as a table and into the
 // JSON line as "kernels" (the timed steps are not traced), followed by the GPU's idle stretches
@@ -82,6 +83,7 @@ struct Args {
   std::string ds_keys;         // more top-level keys ("aio": {...}, "wall_clock_breakdown": ...)
   bool checkpointing = false;  // --gradient-checkpointing
   bool cuda_graph = false;     // --cuda-graph
+  bool keep_activations = false;  // --keep-activations
   int kernel_trace = 0;        // --kernel-trace N
   int lora_dim = 0;            // 0: no adapters
   float lora_alpha = 1.0f;
@@ -102,6 +104,10 @@ Args parse(int argc, char** argv) {
     }
     if (k == "--cuda-graph") {
       a.cuda_graph = true;
+      continue;
+    }
+    if (k == "--keep-activations") {
+      a.keep_activations = true;
       continue;
     }
     if (k == "--only-optimize-lora") {
@@ -263,6 +269,7 @@ int run(int argc, char** argv) {
        .seed = 1,
        .comm = comm.get(),
        .activation_checkpointing = a.checkpointing,
+       .keep_activations = a.keep_activations,
        .cuda_graph = a.cuda_graph});
   if (!engine) {
     std::fprintf(stderr, "%s\n", engine.status().message().c_str());
@@ -409,6 +416,7 @@ int run(int argc, char** argv) {
                         {"ds_keys", a.ds_keys},
                         {"checkpointing", a.checkpointing},
                         {"cuda_graph", a.cuda_graph},
+                        {"keep_activations", a.keep_activations},
                         {"lora_dim", a.lora_dim},
                         {"lora_alpha", a.lora_dim > 0 ? a.lora_alpha : 0.0f},
                         {"only_optimize_lora", a.only_optimize_lora},

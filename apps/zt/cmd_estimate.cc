@@ -45,6 +45,8 @@ const std::vector<FlagSpec> kFlags = {
      "DTYPE"},
     {"--gradient-checkpointing", FlagKind::kSwitch,
      "mark activation checkpointing as the chosen setup (both are always shown)"},
+    {"--keep-activations", FlagKind::kSwitch,
+     "as zt train --keep-activations: what backward would recompute is kept"},
     {"--lora-dim", FlagKind::kValue, "LoRA: rank-R adapters, as zt train --lora-dim", "R"},
     {"--lora-dropout", FlagKind::kValue, "LoRA: dropout on the adapters' input (default 0)", "P"},
     {"--lora-modules", FlagKind::kValue, "LoRA: comma-separated module names (default: all)",
@@ -111,6 +113,7 @@ Result<tools::EstimateRequest> request_from(const ParsedArgs& a) {
   }
   r.checkpointing =
       a.has("--gradient-checkpointing") ? tools::Checkpointing::kOn : tools::Checkpointing::kOff;
+  r.keep_activations = a.has("--keep-activations");
   for (const char* f : {"--lora-dropout", "--lora-modules", "--only-optimize-lora"}) {
     if (a.has(f) && !lora) return invalid_argument("{} needs --lora-dim R (the adapters' rank)", f);
   }

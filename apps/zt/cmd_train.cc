@@ -104,6 +104,10 @@ const std::vector<FlagSpec> kFlags = {
      "backward; a pipeline counts each stage's own units); 0: off (default, unless "
      "--gradient-checkpointing: N = 1)",
      "N"},
+    {"--keep-activations", FlagKind::kSwitch,
+     "keep what backward would recompute (each MLP's activation, a pre-LN block's norm "
+     "outputs): faster, for one (tokens x MLP width) and two (tokens x width) activations more "
+     "per block (zt estimate --keep-activations shows the memory)"},
     {"--cuda-graph", FlagKind::kSwitch,
      "one GPU, one micro-batch a step: capture the whole training step as a CUDA graph after two "
      "warm-up steps and replay it (no host launch gaps; the log says why when a run cannot)"},

@@ -185,6 +185,7 @@ Status record_metrics(MetricsWriter& metrics,
 
 Status checkpoint_flags(const ParsedArgs& a, EngineOptions& options) {
   options.activation_checkpointing = a.has("--gradient-checkpointing");
+  options.keep_activations = a.has("--keep-activations");
   if (auto v = a.get("--activation-checkpoint-interval")) {
     ZT_ASSIGN_OR_RETURN(const int64_t n, parse_int("--activation-checkpoint-interval", *v, 0));
     if (n == 0 && options.activation_checkpointing) {

@@ -47,6 +47,11 @@ struct Context {
   // consecutive running units in groups of this many, each group keeping only its first unit's
   // input and recomputed as a whole before the backward of its last unit. 1: every unit alone.
   int checkpoint_interval = 1;
+  // Keep what backward would otherwise recompute from kept inputs (training only): the MLP's
+  // activation a = act(h) (the down projection's weight gradient reads it) and a pre-LN block's
+  // two norm outputs. Three elementwise passes less per block, for one (tokens, F) and two
+  // (tokens, C) activations more per block (EngineOptions::keep_activations).
+  bool keep_activations = false;
   // Training randomness (LoRA dropout): a seed the engine draws per micro-step from the run's
   // seed and step, the same for a checkpointed unit's recompute as for its first forward.
   uint64_t dropout_seed = 0;

@@ -261,6 +261,7 @@ Engine::Engine(nn::Model& model, const DeepSpeedConfig& config, const EngineOpti
   ctx_.compute_dtype = dev.is_cpu() ? DType::f32 : round_dtype_;
   ctx_.checkpoint_activations = options.activation_checkpointing;
   ctx_.checkpoint_interval = std::max(1, options.activation_checkpoint_interval);
+  ctx_.keep_activations = options.keep_activations;
   if (config.wall_clock_breakdown) timers_ = std::make_unique<EventTimers>(options.device);
   if (config.blocks.contains("flops_profiler") &&
       config.blocks["flops_profiler"].value("enabled", false)) {

@@ -66,6 +66,9 @@ struct EngineOptions {
   // with activation_checkpointing, units are checkpointed in segments of this many
   // (nn::Context::checkpoint_interval).
   int activation_checkpoint_interval = 1;
+  // nn::Context::keep_activations (--keep-activations): the MLP's activation and a pre-LN
+  // block's norm outputs kept from forward for backward instead of recomputed.
+  bool keep_activations = false;
   // Pipeline parallelism (pipe/pipe_engine.h): `comm` is then the stage's data-parallel group,
   // and this is DeepSpeed's model-parallel group (every stage of this rank's pipeline), over which
   // the overflow flag and the gradients' sum of squares are reduced too, so every stage clips

@@ -153,10 +153,12 @@ Result<EstimateReport> estimate_run(const EstimateRequest& req) {
   rep.zero3 = deepspeed_zero3_estimate(rep.ds_counts.total, rep.ds_counts.largest_layer,
                                        req.gpus_per_node, req.nodes);
 
-  rep.without_checkpointing = predict_memory(model, cfg, req.device, world,
-                                             {rep.micro_batch, rep.seq_len, Checkpointing::kOff});
-  rep.with_checkpointing = predict_memory(model, cfg, req.device, world,
-                                          {rep.micro_batch, rep.seq_len, Checkpointing::kOn});
+  rep.without_checkpointing =
+      predict_memory(model, cfg, req.device, world,
+                     {rep.micro_batch, rep.seq_len, Checkpointing::kOff, req.keep_activations});
+  rep.with_checkpointing =
+      predict_memory(model, cfg, req.device, world,
+                     {rep.micro_batch, rep.seq_len, Checkpointing::kOn, req.keep_activations});
 
   // The largest micro-batch of each stage, without and with offload_optimizer.
   for (int stage = 0; stage <= 3; ++stage) {
@@ -171,10 +173,12 @@ Result<EstimateReport> estimate_run(const EstimateRequest& req) {
       ZT_RETURN_IF_ERROR(config_override(variant, vr));
       ZT_ASSIGN_OR_RETURN(DeepSpeedConfig vc, config_resolve(variant, vr, world));
       StageFit f{.stage = stage, .offload_optimizer = offload};
-      f.without_checkpointing = largest_micro_batch(model, vc, req.device, world, rep.seq_len,
-                                                    Checkpointing::kOff, req.device_bytes);
-      f.with_checkpointing = largest_micro_batch(model, vc, req.device, world, rep.seq_len,
-                                                 Checkpointing::kOn, req.device_bytes);
+      f.without_checkpointing =
+          largest_micro_batch(model, vc, req.device, world, rep.seq_len, Checkpointing::kOff,
+                              req.device_bytes, req.keep_activations);
+      f.with_checkpointing =
+          largest_micro_batch(model, vc, req.device, world, rep.seq_len, Checkpointing::kOn,
+                              req.device_bytes, req.keep_activations);
       rep.fits.push_back(f);
     }
   }

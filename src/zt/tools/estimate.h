@@ -85,6 +85,7 @@ struct TrainShape {
   int64_t micro_batch = 1;
   int64_t seq_len = 0;
   Checkpointing checkpointing = Checkpointing::kOff;
+  bool keep_activations = false;  // EngineOptions::keep_activations
 };
 
 // The ZeroOptions an engine on `device` builds from `config` (runtime/engine.h's
@@ -129,7 +130,8 @@ constexpr int64_t kCudaReserveBytes = int64_t{1} << 30;
 // `device_bytes`; 0 when not even one sequence fits.
 int64_t largest_micro_batch(nn::Transformer& model, const DeepSpeedConfig& config,
                             EstimateDevice device, int world, int64_t seq_len,
-                            Checkpointing checkpointing, int64_t device_bytes);
+                            Checkpointing checkpointing, int64_t device_bytes,
+                            bool keep_activations = false);
 
 // ---- the whole of `zt estimate`
 
@@ -144,7 +146,8 @@ struct EstimateRequest {
   std::string config_path;                // ds_config.json; empty: bf16, AdamW, defaults
   std::optional<std::string> dtype;       // f32 | bf16 | fp16: overrides the config's
   Checkpointing checkpointing = Checkpointing::kOff;
-  int lora_dim = 0;  // 0: no adapters
+  bool keep_activations = false;  // zt train --keep-activations
+  int lora_dim = 0;               // 0: no adapters
   float lora_dropout = 0.0f;
   std::vector<std::string> lora_modules;
   bool only_optimize_lora = false;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -49,6 +50,7 @@ struct Dims {
   int64_t d;    // compute dtype bytes
   int64_t acc;  // accumulator bytes (norm statistics, losses, gradients)
   bool cuda, flash, expanded, pre_ln, layernorm;
+  bool keep;  // TrainShape::keep_activations
 };
 
 struct LinearShape {
@@ -160,33 +162,44 @@ class Walk {
   }
 
   // Mlp::forward: keeps h_ (the up projection's output); the activation is a temporary (both from
-  // one GEMM when the activation is fused: the same two buffers, in the same order).
-  int mlp_forward(nn::Linear& up, nn::Linear& down, int& h) {
+  // one GEMM when the activation is fused: the same two buffers, in the same order), or kept too
+  // (keep_activations: `a`, freed with h at the end of the MLP's backward).
+  int mlp_forward(nn::Linear& up, nn::Linear& down, int& h, int& a) {
     h = linear_forward({s_.C, s_.U, &up.adapters()}, Kind::kActivation);
-    int act = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);
+    int act = m_.alloc(s_.N * s_.F * s_.d, s_.keep ? Kind::kActivation : Kind::kTemporary);
     const int y = linear_forward({s_.F, s_.C, &down.adapters()}, Kind::kActivation);
-    m_.release(act);
+    if (s_.keep) {
+      a = act;
+    } else {
+      m_.release(act);
+    }
     return y;
   }
-  void mlp_backward(nn::Linear& up, nn::Linear& down, int& h) {
+  void mlp_backward(nn::Linear& up, nn::Linear& down, int& h, int& a) {
+    // The activation for down's weight gradient: kept, or recomputed (a temporary).
+    const auto recompute = [&] {
+      return s_.keep ? -1 : m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);
+    };
     if (s_.U == s_.F && down.fusable()) {
       // Not gated, no adapter on down: the activation's backward runs in down's din GEMM
       // (Linear::backward_act), which writes dh directly; no separate da.
       int dh = m_.alloc(s_.N * s_.U * s_.d, Kind::kTemporary);
-      int act = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);  // recomputed
+      int act = recompute();
       m_.release(act);
       linear_backward({s_.C, s_.U, &up.adapters()});
       m_.release(h);
+      m_.release(a);
       m_.release(dh);
       return;
     }
     int da = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);
-    int act = m_.alloc(s_.N * s_.F * s_.d, Kind::kTemporary);  // recomputed
+    int act = recompute();
     linear_backward({s_.F, s_.C, &down.adapters()});
     m_.release(act);
     int dh = m_.alloc(s_.N * s_.U * s_.d, Kind::kTemporary);
     linear_backward({s_.C, s_.U, &up.adapters()});
     m_.release(h);
+    m_.release(a);
     m_.release(dh);
     m_.release(da);
   }
@@ -194,10 +207,11 @@ class Walk {
   // ---- units
 
   struct BlockKept {
-    int x = -1, res = -1, h = -1, res2 = -1, mlp_h = -1;
+    int x = -1, res = -1, h = -1, res2 = -1, mlp_h = -1, mlp_a = -1;
+    int n1 = -1, n2 = -1;  // pre-LN norm outputs, when kept
     std::vector<int> norm1, norm2, attn;
     void release(Timeline& m) {
-      for (int* id : {&x, &res, &h, &res2, &mlp_h}) m.release(*id);
+      for (int* id : {&x, &res, &h, &res2, &mlp_h, &mlp_a, &n1, &n2}) m.release(*id);
       m.release_all(norm1);
       m.release_all(norm2);
       m.release_all(attn);
@@ -209,19 +223,28 @@ class Walk {
     k.x = m_.retain(x);
     // Each branch's last projection writes the residual sum itself (Linear::forward with a
     // residual): its output is res, res2 or the block's output.
-    if (s_.pre_ln) {
-      int n1 = norm_forward(s_.N, s_.C, k.norm1, Kind::kTemporary);
+    if (s_.pre_ln) {  // the norms' outputs: temporaries, or kept (keep_activations)
+      const Kind nk = s_.keep ? Kind::kActivation : Kind::kTemporary;
+      int n1 = norm_forward(s_.N, s_.C, k.norm1, nk);
       k.res = attention_forward(*l[0], *l[1], k.attn);
+      if (s_.keep) std::swap(n1, k.n1);
       m_.release(n1);
-      int n2 = norm_forward(s_.N, s_.C, k.norm2, Kind::kTemporary);
-      const int out = mlp_forward(*l[2], *l[3], k.mlp_h);
+      int n2 = norm_forward(s_.N, s_.C, k.norm2, nk);
+      const int out = mlp_forward(*l[2], *l[3], k.mlp_h, k.mlp_a);
+      if (s_.keep) std::swap(n2, k.n2);
       m_.release(n2);
       return out;
     }
     k.res = attention_forward(*l[0], *l[1], k.attn);
     k.h = norm_forward(s_.N, s_.C, k.norm1, Kind::kActivation);
-    k.res2 = mlp_forward(*l[2], *l[3], k.mlp_h);
+    k.res2 = mlp_forward(*l[2], *l[3], k.mlp_h, k.mlp_a);
     return norm_forward(s_.N, s_.C, k.norm2, Kind::kActivation);
+  }
+
+  // A pre-LN norm's output in backward: the kept one (handed over), or recomputed.
+  int norm_output(int& kept) {
+    if (kept < 0) return norm_recompute(s_.N, s_.C);
+    return std::exchange(kept, -1);
   }
 
   int block_backward(nn::TransformerBlock& b, BlockKept& k) {
@@ -231,18 +254,18 @@ class Walk {
     std::vector<int> grads;  // the block's local gradient buffers, freed when it returns
     if (s_.pre_ln) {
       grads.push_back(m_.alloc(NC * s_.d, Kind::kTemporary));  // dn2
-      int n2 = norm_recompute(s_.N, s_.C);
-      mlp_backward(*l[2], *l[3], k.mlp_h);
+      int n2 = norm_output(k.n2);
+      mlp_backward(*l[2], *l[3], k.mlp_h, k.mlp_a);
       m_.release(n2);
       grads.push_back(m_.alloc(NC * s_.d, Kind::kTemporary));  // dres
       grads.push_back(m_.alloc(NC * s_.d, Kind::kTemporary));  // dn1
-      int n1 = norm_recompute(s_.N, s_.C);
+      int n1 = norm_output(k.n1);
       attention_backward(*l[0], *l[1], k.attn);
       m_.release(n1);
     } else {
       grads.push_back(m_.alloc(NC * s_.d, Kind::kTemporary));  // dres2
       grads.push_back(m_.alloc(NC * s_.d, Kind::kTemporary));  // dh
-      mlp_backward(*l[2], *l[3], k.mlp_h);
+      mlp_backward(*l[2], *l[3], k.mlp_h, k.mlp_a);
       grads.push_back(m_.alloc(NC * s_.d, Kind::kTemporary));  // dres
       attention_backward(*l[0], *l[1], k.attn);
     }
@@ -433,6 +456,7 @@ MemoryPrediction predict_memory(nn::Transformer& model, const DeepSpeedConfig& c
   s.d = static_cast<int64_t>(dtype_size(zo.compute_dtype));
   s.acc = static_cast<int64_t>(dtype_size(kernels::accum_dtype(zo.compute_dtype)));
   s.cuda = cuda;
+  s.keep = shape.keep_activations;
   s.flash = flash_expected(c, zo.compute_dtype, cuda);
   s.expanded = c.positions == nn::Positions::kRotary || s.KV != s.NH;
   s.pre_ln = c.placement == nn::NormPlacement::kPre;
@@ -588,10 +612,11 @@ MemoryPrediction predict_memory(nn::Transformer& model, const DeepSpeedConfig& c
 
 int64_t largest_micro_batch(nn::Transformer& model, const DeepSpeedConfig& config,
                             EstimateDevice device, int world, int64_t seq_len,
-                            Checkpointing checkpointing, int64_t device_bytes) {
+                            Checkpointing checkpointing, int64_t device_bytes,
+                            bool keep_activations) {
   auto fits = [&](int64_t b) {
     const MemoryPrediction p =
-        predict_memory(model, config, device, world, {b, seq_len, checkpointing});
+        predict_memory(model, config, device, world, {b, seq_len, checkpointing, keep_activations});
     return p.device_total() + (device == EstimateDevice::kCuda ? kCudaReserveBytes : 0) <=
            device_bytes;
   };

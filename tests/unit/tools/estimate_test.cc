@@ -135,15 +135,16 @@ struct Case {
   int stage;
   int64_t batch, seq;
   Checkpointing ckpt;
-  int lora = 0;   // LoRA rank with --only-optimize-lora; 0: none
-  int world = 1;  // > 1: rank 0 of that many, the others simulated (FakeWorldComm)
+  int lora = 0;       // LoRA rank with --only-optimize-lora; 0: none
+  int world = 1;      // > 1: rank 0 of that many, the others simulated (FakeWorldComm)
+  bool keep = false;  // EngineOptions::keep_activations
 };
 
 std::string case_name(const Case& k) {
-  return fmt::format("{} stage {} B={} T={} {}{}{}", k.model, k.stage, k.batch, k.seq,
+  return fmt::format("{} stage {} B={} T={} {}{}{}{}", k.model, k.stage, k.batch, k.seq,
                      k.ckpt == Checkpointing::kOn ? "ckpt" : "no-ckpt",
                      k.lora > 0 ? fmt::format(" lora r={}", k.lora) : "",
-                     k.world > 1 ? fmt::format(" W={}", k.world) : "");
+                     k.world > 1 ? fmt::format(" W={}", k.world) : "", k.keep ? " keep" : "");
 }
 
 struct Measured {
@@ -180,7 +181,8 @@ Measured measure(const Case& k) {
                         {.device = Device::cpu(),
                          .seed = 5,
                          .comm = comm ? &*comm : nullptr,
-                         .activation_checkpointing = k.ckpt == Checkpointing::kOn});
+                         .activation_checkpointing = k.ckpt == Checkpointing::kOn,
+                         .keep_activations = k.keep});
     EXPECT_TRUE(e.is_ok()) << e.status().message();
     allocator_reset_peak(Device::cpu());
     for (int s = 0; s < 2; ++s) {
@@ -195,7 +197,7 @@ Measured measure(const Case& k) {
     out.states = (*e)->model_state_bytes().total();
   }
   const MemoryPrediction p =
-      predict_memory(model, *cfg, EstimateDevice::kCpu, k.world, {k.batch, k.seq, k.ckpt});
+      predict_memory(model, *cfg, EstimateDevice::kCpu, k.world, {k.batch, k.seq, k.ckpt, k.keep});
   EXPECT_EQ(p.states.total(), out.states) << case_name(k);
   out.predicted = p.peak_allocated;
   return out;
@@ -237,6 +239,10 @@ TEST(EstimatePrediction, MatchesPeaksMeasuredOnTheCpu) {
       {"bert_mlm", 3, 4, 64, on},
       {"qwen2", 0, 4, 128, off},
       {"llama_tied_mqa", 3, 4, 128, off},
+      // keep_activations: the MLP's activation kept from forward to backward.
+      {"gpt2-tiny", 0, 8, 128, off, 0, 1, true},
+      {"llama-tiny", 3, 4, 128, off, 0, 1, true},
+      {"gpt2-tiny", 0, 8, 128, on, 0, 1, true},
   };
   for (const Case& k : cases) {
     const Measured m = measure(k);

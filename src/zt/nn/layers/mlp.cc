@@ -57,10 +57,14 @@ Tensor Mlp::forward(Context& ctx, const Tensor& x_in, const Tensor* residual) {
   Tensor y;
   if (config_.gated == Gated::kNo && up_.fusable()) {
     // The activation in the up projection's GEMM (cuBLASLt's epilogue on CUDA).
-    y = down_.forward(ctx, up_.forward_act(ctx, x, config_.act, h_), joined);
+    Tensor a = up_.forward_act(ctx, x, config_.act, h_);
+    y = down_.forward(ctx, a, joined);
+    if (keep(ctx)) a_ = std::move(a);
   } else {
     h_ = up_.forward(ctx, x);
-    y = down_.forward(ctx, activate(ctx, h_), joined);
+    Tensor a = activate(ctx, h_);
+    y = down_.forward(ctx, a, joined);
+    if (keep(ctx)) a_ = std::move(a);
   }
   if (!sp) {
     tp_all_reduce(ctx, y);
@@ -82,11 +86,11 @@ void Mlp::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in, Tens
   if (config_.gated == Gated::kNo && down_.fusable()) {
     // The activation's backward in the down projection's din GEMM: no separate da.
     Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
-    down_.backward_act(ctx, dout, activate(ctx, h_), h_, config_.act, dh);
+    down_.backward_act(ctx, dout, a_.defined() ? a_ : activate(ctx, h_), h_, config_.act, dh);
     up_.backward(ctx, dh, x, &dx);
   } else {
     Tensor da = Tensor::empty({N, config_.inner}, ctx.compute_dtype, ctx.device, ctx.stream);
-    down_.backward(ctx, dout, activate(ctx, h_), &da);
+    down_.backward(ctx, dout, a_.defined() ? a_ : activate(ctx, h_), &da);
     Tensor dh = Tensor::empty(h_.shape(), ctx.compute_dtype, ctx.device, ctx.stream);
     if (config_.gated == Gated::kYes) {
       kernels::swiglu_backward(dh, da, h_, ctx.stream);

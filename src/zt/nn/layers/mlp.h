@@ -35,7 +35,7 @@ class Mlp {
  public:
   Mlp(Unit& unit, const MlpNames& names, const MlpConfig& config);
   const MlpConfig& config() const { return config_; }  // (this rank's width)
-  Linear& up() { return up_; }  // (adapters attach here: nn/lora.h)
+  Linear& up() { return up_; }                         // (adapters attach here: nn/lora.h)
   Linear& down() { return down_; }
 
   // x (N, C) (any leading shape) -> (N, C), plus `residual` (N, C) when given (added by the down
@@ -43,15 +43,21 @@ class Mlp {
   Tensor forward(Context& ctx, const Tensor& x, const Tensor* residual = nullptr);
   // dx written; `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor& dx);
-  void release() { h_ = Tensor(); }
+  void release() {
+    h_ = Tensor();
+    a_ = Tensor();
+  }
 
  private:
   // act(h) (or swiglu(h)), recomputed in backward rather than kept (one elementwise pass
   // instead of F values a token).
   Tensor activate(Context& ctx, const Tensor& h) const;
+  // Whether forward keeps act(h) too (Context::keep_activations; training only).
+  static bool keep(const Context& ctx) { return ctx.keep_activations && ctx.mode == Mode::kTrain; }
   MlpConfig config_;
   Linear up_, down_;
   Tensor h_;
+  Tensor a_;  // act(h), when kept
 };
 
 }  // namespace zt::nn

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include "zt/nn/hf/hf_config.h"
 #include "zt/nn/models/family_names.h"
@@ -277,9 +278,17 @@ Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {
   x_ = x;
   // Each residual add is done by the projection that ends its branch (in its GEMM on CUDA).
   if (placement_ == NormPlacement::kPre) {
-    // x + attn(norm1(x)), then + mlp(norm2(.)). The norms' outputs are recomputed in backward.
-    res_ = attn_.forward(ctx, norm1_.forward(ctx, x), &x).reshape({B, T, C});
-    return mlp_.forward(ctx, norm2_.forward(ctx, res_), &res_).reshape({B, T, C});
+    // x + attn(norm1(x)), then + mlp(norm2(.)). The norms' outputs are recomputed in backward,
+    // or kept (Context::keep_activations).
+    const bool keep = ctx.keep_activations && ctx.mode == Mode::kTrain;
+    Tensor n1 = norm1_.forward(ctx, x);
+    res_ = attn_.forward(ctx, n1, &x).reshape({B, T, C});
+    if (keep) n1_ = std::move(n1);
+    n1 = Tensor();
+    Tensor n2 = norm2_.forward(ctx, res_);
+    Tensor out = mlp_.forward(ctx, n2, &res_).reshape({B, T, C});
+    if (keep) n2_ = std::move(n2);
+    return out;
   }
   // Post-LN: h = norm1(x + attn(x)); out = norm2(h + mlp(h)).
   res_ = attn_.forward(ctx, x, &x).reshape({B, T, C});
@@ -289,7 +298,7 @@ Tensor TransformerBlock::forward(Context& ctx, const Tensor& x) {
 }
 
 void TransformerBlock::release_activations() {
-  x_ = res_ = h_ = res2_ = Tensor();
+  x_ = res_ = h_ = res2_ = n1_ = n2_ = Tensor();
   norm1_.release();
   norm2_.release();
   attn_.release();
@@ -302,12 +311,16 @@ Tensor TransformerBlock::backward(Context& ctx, const Tensor& dout) {
   const Shape shape = x_.shape();
   Tensor dx = Tensor::empty(shape, dt, ctx.device, s);
   if (placement_ == NormPlacement::kPre) {
+    // A norm's output: kept from forward (dropped once used), or recomputed.
+    const auto output = [&](Tensor& kept, const Norm& norm, const Tensor& in) {
+      return kept.defined() ? std::exchange(kept, Tensor()) : norm.recompute(ctx, in);
+    };
     Tensor dn2 = Tensor::empty(shape, dt, ctx.device, s);
-    mlp_.backward(ctx, dout, norm2_.recompute(ctx, res_), dn2);
+    mlp_.backward(ctx, dout, output(n2_, norm2_, res_), dn2);
     Tensor dres = Tensor::empty(shape, dt, ctx.device, s);
     norm2_.backward(ctx, dn2, res_, dres, &dout);
     Tensor dn1 = Tensor::empty(shape, dt, ctx.device, s);
-    attn_.backward(ctx, dres, norm1_.recompute(ctx, x_), dn1);
+    attn_.backward(ctx, dres, output(n1_, norm1_, x_), dn1);
     norm1_.backward(ctx, dn1, x_, dx, &dres);
   } else {
     Tensor dres2 = Tensor::empty(shape, dt, ctx.device, s);
@@ -322,7 +335,7 @@ Tensor TransformerBlock::backward(Context& ctx, const Tensor& dout) {
   }
   norm1_.release();
   norm2_.release();
-  x_ = res_ = h_ = res2_ = Tensor();
+  x_ = res_ = h_ = res2_ = n1_ = n2_ = Tensor();
   return dx;
 }
 

@@ -144,6 +144,7 @@ class TransformerBlock : public Unit {
   // Pre-LN: x_ (input) and res_ (x + attention). Post-LN: x_, res_ (x + attention, before the
   // first norm), h_ (after it: the MLP's input) and res2_ (h + MLP, before the second norm).
   Tensor x_, res_, h_, res2_;
+  Tensor n1_, n2_;  // pre-LN: the norms' outputs, when kept (Context::keep_activations)
 };
 
 class TransformerHead : public Unit {
