@@ -2,7 +2,8 @@
 """Checkpoints through the real CLI, launcher and Gloo (issue: checkpoints).
 
 1. Resume is exact. For 1 process and 2 ranks at every ZeRO stage: an uninterrupted 12-step run
-   (the oracle) against a 6-step run that saves and a second run that loads it and trains to 12.
+   (the oracle), which saves at step 6 on its way, against a run that loads that step-6
+   checkpoint and trains to 12.
    AdamW, gradient accumulation 2, clipping on; in fp32, bf16 and fp16 whose loss scale moves
    (an initial 2^128 overflows f32 and halves, a scale window of 2 grows it again). The losses of steps
    7-12, the loss scales, and the final fp32 parameters must be bitwise equal: the resumed run
@@ -125,9 +126,12 @@ for precision in ["fp32", "bf16", "fp16"]:
             write_config(cfg, stage, precision)
             ck = os.path.join(TMP, name + "_ckpt")
             try:
-                _, full, full_p = train(name + "_full", world, cfg, 12)
-                train(name + "_first", world, cfg, 6, ["--save", ck])
-                _, res, res_p = train(name + "_resumed", world, cfg, 12, ["--load", ck])
+                # The uninterrupted run saves at step 6 on its way (saving changes no state);
+                # the resumed run loads that tag, not `latest` (step 12).
+                _, full, full_p = train(name + "_full", world, cfg, 12,
+                                        ["--save", ck, "--save-interval", "6"])
+                _, res, res_p = train(name + "_resumed", world, cfg, 12,
+                                      ["--load", ck, "--load-tag", "global_step6"])
             except Exception as e:
                 check(name, False, str(e))
                 continue
