@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"
+#include "zt/checkpoint/hf_weights.h"
 #include "zt/checkpoint/safetensors.h"
 #include "zt/nn/generate.h"
-#include "zt/checkpoint/hf_weights.h"
 #include "zt/nn/kv_cache.h"
 #include "zt/runtime/inference.h"
 
@@ -35,6 +35,13 @@ struct Expected {
   bool ok = false;
   std::vector<int32_t> prompt, expected;
   int64_t B = 0, P = 0, N = 0, row = 0;
+  // The B prompts of P tokens each.
+  std::vector<std::vector<int32_t>> prompt_rows() const {
+    std::vector<std::vector<int32_t>> rows;
+    for (int64_t b = 0; b < B; ++b)
+      rows.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
+    return rows;
+  }
 };
 Expected expected_of(const std::string& name) {
   Expected x;
@@ -85,12 +92,10 @@ TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
   Loaded l = load(GetParam());
   const Expected x = expected_of(GetParam());
   ASSERT_TRUE(x.ok);
-  const std::vector<int32_t>& prompt = x.prompt;
   const std::vector<int32_t>& expected = x.expected;
   const int64_t B = x.B, P = x.P, N = x.N;
   const std::vector<int64_t> gs = {B, x.row};  // (rows, prompt + new tokens)
-  std::vector<std::vector<int32_t>> prompts;
-  for (int64_t b = 0; b < B; ++b) prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
+  const std::vector<std::vector<int32_t>> prompts = x.prompt_rows();
   const TransformerConfig& c = l.m.model->transformer_config();
   for (KvCacheUse cache : {KvCacheUse::kOn, KvCacheUse::kOff}) {
     const GenerateOptions o = greedy(c, N, cache);
@@ -99,7 +104,8 @@ TEST_P(GenerateFixture, GreedyEqualsTransformersWithAndWithoutCache) {
     for (int64_t b = 0; b < B; ++b) {
       const std::vector<int32_t> want(expected.begin() + b * gs[1] + P,
                                       expected.begin() + (b + 1) * gs[1]);
-      EXPECT_EQ(out[b], want) << "row " << b << (cache == KvCacheUse::kOn ? " cached" : " uncached");
+      EXPECT_EQ(out[b], want) << "row " << b
+                              << (cache == KvCacheUse::kOn ? " cached" : " uncached");
     }
   }
 }
@@ -108,14 +114,11 @@ TEST_P(GenerateFixture, RowsStopAfterTheirEosToken) {
   Loaded l = load(GetParam());
   const Expected x = expected_of(GetParam());
   ASSERT_TRUE(x.ok);
-  const std::vector<int32_t>& prompt = x.prompt;
   const std::vector<int32_t>& expected = x.expected;
   const int64_t B = x.B, P = x.P, N = x.N;
   const std::vector<int64_t> gs = {B, x.row};  // (rows, prompt + new tokens)
-  std::vector<std::vector<int32_t>> prompts, want(B);
-  for (int64_t b = 0; b < B; ++b) {
-    prompts.emplace_back(prompt.begin() + b * P, prompt.begin() + (b + 1) * P);
-  }
+  const std::vector<std::vector<int32_t>> prompts = x.prompt_rows();
+  std::vector<std::vector<int32_t>> want(B);
   // The stop token: row 0's third new token. Each row keeps its tokens up to and including
   // its first occurrence (transformers' eos), and the others run to N.
   const int32_t eos = expected[P + 2];
@@ -171,7 +174,8 @@ TEST_P(GenerateFixture, CachedLogitsEqualFullForward) {
   const TransformerConfig& c = l.m.model->transformer_config();
   const int64_t B = 2, T = 9;
   std::vector<int32_t> ids(B * T);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
   Context ctx = l.w->context();
   KvCache cache(B, T, c.n_layer);
   // Prefill 4 positions, then one token at a time; each step's logits against the full forward
@@ -189,13 +193,14 @@ TEST_P(GenerateFixture, CachedLogitsEqualFullForward) {
         l.m.model->forward(cc, Tensor::from_blob(step.data(), {B, n}, DType::i32, Device::cpu()))
             .to_doubles();
     cache.past_len = len;
-    Tensor full =
-        l.m.model->forward(ctx, Tensor::from_blob(prefix.data(), {B, len}, DType::i32, Device::cpu()));
+    Tensor full = l.m.model->forward(
+        ctx, Tensor::from_blob(prefix.data(), {B, len}, DType::i32, Device::cpu()));
     const int64_t Vp = full.size(2);
     const std::vector<double> all = full.to_doubles();
     std::vector<double> want;
     for (int64_t b = 0; b < B; ++b) {
-      want.insert(want.end(), all.begin() + (b * len + len - 1) * Vp, all.begin() + (b * len + len) * Vp);
+      want.insert(want.end(), all.begin() + (b * len + len - 1) * Vp,
+                  all.begin() + (b * len + len) * Vp);
     }
     ASSERT_EQ(got.size(), want.size()) << "the cached head returns each row's last position";
     testing::expect_close(got, want, 1e-5, 1e-5, fmt::format("logits at length {}", len).c_str());
