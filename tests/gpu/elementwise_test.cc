@@ -1,7 +1,8 @@
 // CUDA elementwise ops against the CPU reference and closed forms: GELU forward/backward,
 // residual and in-place add (exact), casts between every pair of float dtypes (bit-exact, round
 // to nearest even, ties and f16 subnormals included), scaling, the non-finite check of loss
-// scaling (inf, nan, f16 overflow, never cleared) and the f64 sum of squares.
+// scaling (inf, nan, f16 overflow, never cleared), the f64 sum of squares and zero_tensors (many
+// views of one buffer cleared in one launch, their neighbours untouched).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -230,6 +231,42 @@ TEST(ElementwiseCuda, SumSquaresAccumulatesInF64) {
     kernels::sum_squares_accumulate(acc, x);
     kernels::sum_squares_accumulate(acc, x);
     EXPECT_NEAR(acc_d.item(), acc.item(), 1e-12 * expected) << "CPU reference";
+  }
+}
+
+// zero_tensors: views of one buffer (f32 runs of every size around the 4-element vectors and a
+// multi-tensor tile, one past a 16-byte boundary, and 16-bit runs of odd byte counts that take the
+// memset path), more than one launch's worth of chunks; every element outside them keeps its
+// value (-0 included), every element inside is +0.
+TEST(ElementwiseCuda, ZeroTensorsClearsExactlyTheViews) {
+  ZT_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::cuda(0);
+  for (DType t : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const int64_t n = 60000;
+    Tensor host = Tensor::from_doubles(exact_tensor({n}, 2101, 4.0).to_doubles(), {n}, t);
+    Tensor buf = host.to(dev);
+    std::vector<double> want = host.to_doubles();
+    std::vector<bool> cleared(n, false);
+    std::vector<Tensor> views;
+    int64_t at = 1;  // one element past the aligned start
+    const int64_t small[] = {1, 3, 4, 5, 17, 2, 8};
+    const int64_t large[] = {8191, 8192, 8193};
+    for (int rep = 0; at < n - 9000; ++rep) {
+      const int64_t len = rep < 150 ? small[rep % 7] : large[rep % 3];
+      views.push_back(buf.view(at, {len}));
+      for (int64_t i = at; i < at + len; ++i) want[i] = 0.0, cleared[i] = true;
+      at += len + 1 + rep % 3;  // a gap of 1-3 untouched elements
+    }
+    ASSERT_GT(views.size(), 96u);  // more chunks than one multi-tensor launch takes
+    kernels::zero_tensors(views, dev);
+    const std::vector<double> got = buf.to_doubles();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(got[i], want[i]) << "element " << i;
+      if (cleared[i]) {
+        ASSERT_FALSE(std::signbit(got[i])) << "element " << i;
+      }
+    }
   }
 }
 

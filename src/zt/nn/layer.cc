@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "zt/kernels/ops.h"
+
 namespace zt::nn {
 
 std::vector<Param*> Unit::params() {
@@ -29,23 +31,48 @@ void Unit::bind_values(const Tensor& flat_value) {
   }
 }
 
+namespace {
+
+// A gradient cleared with the rest of its unit's in one launch before the backward instead of by
+// its first op: a vector (a bias or a norm's weight), which ops only ever add into (sums over the
+// tokens), small enough that clearing it costs nothing but a launch when done alone.
+bool cleared_up_front(const Param& p) {
+  return p.shape.ndim() == 1;
+}
+
+}  // namespace
+
 void Unit::bind_grads(const Tensor& flat_grad, bool unwritten, const Stream& s) {
-  int64_t covered = 0;  // params_ are in offset order
+  std::vector<Tensor> clear;  // alignment gaps, the padding after, vectors: one zero_tensors
+  int64_t covered = 0;        // params_ are in offset order
   for (auto& p : params_) {
     p->grad = flat_grad.defined() ? flat_grad.view(p->offset, p->shape) : Tensor();
     p->grad_unwritten = unwritten && flat_grad.defined();
     if (p->grad_unwritten && p->offset > covered) {
-      flat_grad.view(covered, {p->offset - covered}).zero(s);  // an alignment gap
+      clear.push_back(flat_grad.view(covered, {p->offset - covered}));  // an alignment gap
+    }
+    if (p->grad_unwritten && cleared_up_front(*p)) {
+      clear.push_back(p->grad);
+      p->grad_unwritten = false;
     }
     covered = std::max(covered, p->offset + p->numel());
   }
   if (unwritten && flat_grad.defined() && flat_grad.numel() > covered) {
-    flat_grad.view(covered, {flat_grad.numel() - covered}).zero(s);  // the padding after
+    clear.push_back(flat_grad.view(covered, {flat_grad.numel() - covered}));  // the padding after
   }
+  if (!clear.empty()) kernels::zero_tensors(clear, flat_grad.device(), s);
 }
 
-void Unit::mark_grads_unwritten() {
-  for (auto& p : params_) p->grad_unwritten = p->grad.defined();
+void Unit::mark_grads_unwritten(std::vector<Tensor>& clear) {
+  for (auto& p : params_) {
+    p->grad_unwritten = false;
+    if (!p->grad.defined()) continue;
+    if (cleared_up_front(*p)) {
+      clear.push_back(p->grad);
+    } else {
+      p->grad_unwritten = true;
+    }
+  }
 }
 
 void Unit::clear_unwritten_grads(const Stream& s) {

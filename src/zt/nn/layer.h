@@ -123,14 +123,17 @@ class Unit {
   // Points every Param's value/grad at its slice of the given flat buffers (numel >= flat_numel).
   // An undefined tensor unbinds (drops the views, so the buffer can be freed).
   void bind_values(const Tensor& flat_value);
-  // `unwritten`: the buffer holds no values yet (Param::grad_unwritten); its alignment gaps and
-  // tail are cleared here, the parameters' ranges by their first op or clear_unwritten_grads.
+  // `unwritten`: the buffer holds no values yet (Param::grad_unwritten); its alignment gaps, its
+  // tail and its vector parameters' ranges (biases, norms: only ever added into) are cleared here
+  // in one launch, the other parameters' ranges by their first op or clear_unwritten_grads.
   void bind_grads(const Tensor& flat_grad, bool unwritten = false, const Stream& s = {});
   // Clears the gradients no op wrote in this backward (a parameter the pass did not reach).
   void clear_unwritten_grads(const Stream& s);
   // Marks the bound gradients as holding no values (the next backward's first op on each writes
-  // it), without touching the buffer: for a buffer whose gaps and tail are already zero.
-  void mark_grads_unwritten();
+  // it), without touching the buffer: for a buffer whose gaps and tail are already zero. The
+  // vector parameters' gradients are appended to `clear` instead, for the caller to clear in one
+  // kernels::zero_tensors with the other units' (and marked written).
+  void mark_grads_unwritten(std::vector<Tensor>& clear);
   void bind(const Tensor& flat_value, const Tensor& flat_grad) {
     bind_values(flat_value);
     bind_grads(flat_grad);

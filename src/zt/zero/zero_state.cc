@@ -649,6 +649,7 @@ Status ZeroState::publish_params(bool lowp_written, bool with_frozen) {
 }
 
 void ZeroState::zero_grads() {
+  std::vector<Tensor> clear;
   for (size_t i = 0; i < units_.size(); ++i) {
     UnitState& u = units_[i];
     if (u.grad.defined()) {
@@ -656,14 +657,16 @@ void ZeroState::zero_grads() {
         // Not cleared: the next backward's first op on each parameter writes its gradient (a
         // weight GEMM with beta 0 reads no C), the others clear what they add to, and
         // after_backward clears what no op reached. The gaps between parameters were zeroed at
-        // start-up and nothing writes them.
-        model_.units()[i]->mark_grads_unwritten();
+        // start-up and nothing writes them. The vectors (biases, norms) are cleared below, all
+        // units' in one launch.
+        model_.units()[i]->mark_grads_unwritten(clear);
       } else {
         u.grad.zero(options_.stream);
       }
     }
     if (u.grad_shard.defined()) u.shard_stale = true;  // the next reduction overwrites it
   }
+  if (!clear.empty()) kernels::zero_tensors(clear, clear.front().device(), options_.stream);
 }
 
 void ZeroState::abandon_pass() {

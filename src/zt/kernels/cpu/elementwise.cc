@@ -152,6 +152,13 @@ void scale_check_nonfinite(Tensor& x, float scale, Tensor& found_nonfinite, cons
   if (nonfinite) found_nonfinite.data<float>()[0] = 1.0f;
 }
 
+void zero_tensors(std::span<const Tensor> tensors, Device /*device*/, const Stream& s) {
+  for (const Tensor& t : tensors) {
+    ZT_ASSERT(t.device().is_cpu(), "zero_tensors: a tensor on {} in a CPU call", t.device().str());
+    Tensor(t).zero(s);
+  }
+}
+
 void sum_squares_accumulate(Tensor& acc, const Tensor& x, const Stream& s) {
   ZT_ASSERT(acc.device().is_cpu() && x.device().is_cpu(),
             "sum_squares_accumulate (cpu): both tensors must be on the CPU");

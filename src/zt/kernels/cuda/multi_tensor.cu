@@ -3,6 +3,7 @@
 #include "zt/kernels/cuda/multi_tensor.cuh"
 
 #include <cstdint>
+#include <vector>
 
 namespace zt::kernels::cuda {
 namespace {
@@ -59,6 +60,45 @@ MtChunk mt_chunk(const OptimChunk& c, int32_t index, unsigned required, const ch
                    aligned_to(c.state2, 16) && aligned_to(c.param_lowp, 8);
   m.vector = vec ? VectorLoads::kYes : VectorLoads::kNo;
   return m;
+}
+
+namespace {
+
+struct ZeroOp {
+  static constexpr unsigned kLoads = 0;
+  static constexpr unsigned kStores = kMtParam;
+  struct Partial {};
+  __device__ void begin(const MtChunk&, Partial&) const {}
+  __device__ void finish(const MtChunk&, Partial&) const {}
+  __device__ void apply(MtPack& k, int j, Partial&) const { k.p[j] = 0.0f; }
+};
+
+}  // namespace
+
+void zero_tensors(std::span<const Tensor> tensors, Device device, const Stream& s) {
+  // Zero bits are zero in every dtype, so a tensor whose bytes are whole, 4-byte aligned floats
+  // is cleared as f32; the rest (odd sizes) take a memset each.
+  std::vector<MtChunk> mt;
+  mt.reserve(tensors.size());
+  for (const Tensor& t : tensors) {
+    ZT_ASSERT(t.device() == device, "zero_tensors: a tensor on {} in a call on {}",
+              t.device().str(), device.str());
+    if (t.nbytes() == 0) continue;
+    if (t.nbytes() % 4 != 0 || !aligned_to(t.data(), 4)) {
+      Tensor(t).zero(s);
+      continue;
+    }
+    MtChunk c{};
+    c.param = static_cast<float*>(const_cast<void*>(t.data()));
+    c.n = static_cast<int64_t>(t.nbytes() / 4);
+    c.index = static_cast<int32_t>(mt.size());
+    c.lowp_kind = LowpKind::kNone;
+    c.vector = aligned_to(t.data(), 16) ? VectorLoads::kYes : VectorLoads::kNo;
+    mt.push_back(c);
+  }
+  if (mt.empty()) return;
+  DeviceGuard guard(device);
+  multi_tensor_apply<ZeroOp>(mt, ZeroOp{}, stream_of(s));
 }
 
 }  // namespace zt::kernels::cuda
