@@ -98,6 +98,7 @@ Prune prune_make(const std::vector<std::string>& cmd, const Json& user_config, i
       std::find(cmd.begin(), cmd.end(), "--gradient-checkpointing") != cmd.end()
           ? Checkpointing::kOn
           : Checkpointing::kOff;
+  const bool keep = std::find(cmd.begin(), cmd.end(), "--keep-activations") != cmd.end();
   int64_t budget = 0, reserve = 0;
   std::string about;
   if (cpu) {
@@ -122,13 +123,17 @@ Prune prune_make(const std::vector<std::string>& cmd, const Json& user_config, i
     if (!cfg) return 0;
     const MemoryPrediction p =
         predict_memory(*model, *cfg, device, world,
-                       {.micro_batch = c.micro_batch, .seq_len = seq, .checkpointing = ckpt});
+                       {.micro_batch = c.micro_batch,
+                        .seq_len = seq,
+                        .checkpointing = ckpt,
+                        .keep_activations = keep});
     return p.device_total() + reserve;
   };
   FitFn fits = [=](const Candidate& c) { return need(c) <= budget; };
   return {fits,
-          fmt::format("{} ({}, sequence {}{})", about, model_name, seq,
-                      ckpt == Checkpointing::kOn ? ", activation checkpointing" : ""),
+          fmt::format("{} ({}, sequence {}{}{})", about, model_name, seq,
+                      ckpt == Checkpointing::kOn ? ", activation checkpointing" : "",
+                      keep ? ", activations kept" : ""),
           need, budget};
 }
 
