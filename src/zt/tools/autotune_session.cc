@@ -121,12 +121,11 @@ Prune prune_make(const std::vector<std::string>& cmd, const Json& user_config, i
     const Json t = trial_config(user_config, c, world);
     auto cfg = config_parse(t.dump(), c.name(), world);
     if (!cfg) return 0;
-    const MemoryPrediction p =
-        predict_memory(*model, *cfg, device, world,
-                       {.micro_batch = c.micro_batch,
-                        .seq_len = seq,
-                        .checkpointing = ckpt,
-                        .keep_activations = keep});
+    const MemoryPrediction p = predict_memory(*model, *cfg, device, world,
+                                              {.micro_batch = c.micro_batch,
+                                               .seq_len = seq,
+                                               .checkpointing = ckpt,
+                                               .keep_activations = keep});
     return p.device_total() + reserve;
   };
   FitFn fits = [=](const Candidate& c) { return need(c) <= budget; };
