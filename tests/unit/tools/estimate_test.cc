@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -209,53 +210,67 @@ Measured measure(const Case& k) {
 // margin is there so that an unrelated allocation of a few bytes elsewhere does not fail this
 // test, while a kept tensor of a block going missing or counted twice (each is 5-30% of a
 // block's activations) does, as does a wrong model-state count (checked exactly above).
-TEST(EstimatePrediction, MatchesPeaksMeasuredOnTheCpu) {
-  const Checkpointing off = Checkpointing::kOff, on = Checkpointing::kOn;
-  const std::vector<Case> cases = {
-      {"llama-tiny", 0, 2, 64, off},
-      {"llama-tiny", 0, 2, 64, on},
-      {"llama-tiny", 0, 8, 128, off},
-      {"llama-tiny", 0, 8, 128, on},
-      {"llama-tiny", 3, 4, 128, off},
-      {"llama-tiny", 3, 4, 128, on},
-      {"llama-tiny", 2, 4, 256, off},
-      {"llama-tiny", 3, 1, 256, on},
-      {"gpt2-tiny", 0, 2, 64, off},
-      {"gpt2-tiny", 0, 8, 128, on},
-      {"gpt2-tiny", 3, 8, 128, off},
-      {"gpt2-tiny", 3, 4, 256, on},
-      {"llama-tiny", 0, 4, 128, off, 8},
-      {"llama-tiny", 3, 4, 128, on, 8},
-      {"llama-tiny", 1, 4, 128, off, 0, 4},
-      {"llama-tiny", 2, 4, 128, off, 0, 4},
-      {"gpt2-tiny", 3, 4, 128, off, 0, 4},
-      {"gpt2-tiny", 3, 4, 128, on, 8, 2},
-      // The other families' structures: post-LN with a projection (OPT-350m), projections in
-      // and out (OPT), BERT's masked-LM head and embedding norm, Qwen2's biases, multi-query.
-      {"opt_postln", 0, 4, 64, off},
-      {"opt_postln", 3, 4, 64, on},
-      {"opt", 2, 4, 64, off},
-      {"bert_mlm", 0, 4, 64, off},
-      {"bert_mlm", 3, 4, 64, on},
-      {"qwen2", 0, 4, 128, off},
-      {"llama_tied_mqa", 3, 4, 128, off},
-      // keep_activations: the MLP's activation kept from forward to backward.
-      {"gpt2-tiny", 0, 8, 128, off, 0, 1, true},
-      {"llama-tiny", 3, 4, 128, off, 0, 1, true},
-      {"gpt2-tiny", 0, 8, 128, on, 0, 1, true},
-  };
-  for (const Case& k : cases) {
-    const Measured m = measure(k);
-    const double ratio = static_cast<double>(m.predicted) / static_cast<double>(m.peak);
-    const double act_ratio =
-        static_cast<double>(m.predicted - m.states) / static_cast<double>(m.peak - m.states);
-    std::printf("%-42s measured %10ld B  predicted %10ld B  ratio %.4f  (above states %.4f)\n",
-                case_name(k).c_str(), static_cast<long>(m.peak), static_cast<long>(m.predicted),
-                ratio, act_ratio);
-    EXPECT_NEAR(ratio, 1.0, 0.10) << case_name(k);
-    EXPECT_NEAR(act_ratio, 1.0, 0.15) << case_name(k);
-  }
+constexpr Checkpointing kOff = Checkpointing::kOff, kOn = Checkpointing::kOn;
+const Case kPeakCases[] = {
+    {"llama-tiny", 0, 2, 64, kOff},
+    {"llama-tiny", 0, 2, 64, kOn},
+    {"llama-tiny", 0, 8, 128, kOff},
+    {"llama-tiny", 0, 8, 128, kOn},
+    {"llama-tiny", 3, 4, 128, kOff},
+    {"llama-tiny", 3, 4, 128, kOn},
+    {"llama-tiny", 2, 4, 256, kOff},
+    {"llama-tiny", 3, 1, 256, kOn},
+    {"gpt2-tiny", 0, 2, 64, kOff},
+    {"gpt2-tiny", 0, 8, 128, kOn},
+    {"gpt2-tiny", 3, 8, 128, kOff},
+    {"gpt2-tiny", 3, 4, 256, kOn},
+    {"llama-tiny", 0, 4, 128, kOff, 8},
+    {"llama-tiny", 3, 4, 128, kOn, 8},
+    {"llama-tiny", 1, 4, 128, kOff, 0, 4},
+    {"llama-tiny", 2, 4, 128, kOff, 0, 4},
+    {"gpt2-tiny", 3, 4, 128, kOff, 0, 4},
+    {"gpt2-tiny", 3, 4, 128, kOn, 8, 2},
+    // The other families' structures: post-LN with a projection (OPT-350m), projections in
+    // and out (OPT), BERT's masked-LM head and embedding norm, Qwen2's biases, multi-query.
+    {"opt_postln", 0, 4, 64, kOff},
+    {"opt_postln", 3, 4, 64, kOn},
+    {"opt", 2, 4, 64, kOff},
+    {"bert_mlm", 0, 4, 64, kOff},
+    {"bert_mlm", 3, 4, 64, kOn},
+    {"qwen2", 0, 4, 128, kOff},
+    {"llama_tied_mqa", 3, 4, 128, kOff},
+    // keep_activations: the MLP's activation kept from forward to backward.
+    {"gpt2-tiny", 0, 8, 128, kOff, 0, 1, true},
+    {"llama-tiny", 3, 4, 128, kOff, 0, 1, true},
+    {"gpt2-tiny", 0, 8, 128, kOn, 0, 1, true},
+};
+
+// One test per case, so that the suite runs them side by side (each trains a model twice).
+class EstimatePeak : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EstimatePeak, MatchesThePeakMeasuredOnTheCpu) {
+  const Case& k = GetParam();
+  const Measured m = measure(k);
+  const double ratio = static_cast<double>(m.predicted) / static_cast<double>(m.peak);
+  const double act_ratio =
+      static_cast<double>(m.predicted - m.states) / static_cast<double>(m.peak - m.states);
+  std::printf("%-42s measured %10ld B  predicted %10ld B  ratio %.4f  (above states %.4f)\n",
+              case_name(k).c_str(), static_cast<long>(m.peak), static_cast<long>(m.predicted),
+              ratio, act_ratio);
+  EXPECT_NEAR(ratio, 1.0, 0.10) << case_name(k);
+  EXPECT_NEAR(act_ratio, 1.0, 0.15) << case_name(k);
 }
+
+// Test names: the case as case_name says it, in the characters gtest allows.
+std::string peak_case_test_name(const ::testing::TestParamInfo<Case>& info) {
+  std::string n = case_name(info.param);
+  for (char& c : n) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EstimatePeak, ::testing::ValuesIn(kPeakCases), peak_case_test_name);
 
 TEST(EstimatePrediction, LargerBatchesNeedMoreAndCheckpointingLess) {
   auto mc = nn::model_config_named("llama-1b");
