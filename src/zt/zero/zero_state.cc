@@ -666,7 +666,7 @@ void ZeroState::zero_grads() {
     }
     if (u.grad_shard.defined()) u.shard_stale = true;  // the next reduction overwrites it
   }
-  if (!clear.empty()) kernels::zero_tensors(clear, clear.front().device(), options_.stream);
+  if (!clear.empty()) kernels::zero_tensors(clear, options_.device, options_.stream);
 }
 
 void ZeroState::abandon_pass() {
