@@ -253,12 +253,12 @@ TEST(ElementwiseCuda, ZeroTensorsClearsExactlyTheViews) {
     const int64_t small[] = {1, 3, 4, 5, 17, 2, 8};
     const int64_t large[] = {8191, 8192, 8193};
     for (int rep = 0; at < n - 9000; ++rep) {
-      const int64_t len = rep < 150 ? small[rep % 7] : large[rep % 3];
+      const int64_t len = rep < 250 ? small[rep % 7] : large[rep % 3];
       views.push_back(buf.view(at, {len}));
       for (int64_t i = at; i < at + len; ++i) want[i] = 0.0, cleared[i] = true;
       at += len + 1 + rep % 3;  // a gap of 1-3 untouched elements
     }
-    ASSERT_GT(views.size(), 96u);  // more chunks than one multi-tensor launch takes
+    ASSERT_GT(views.size(), 192u);  // more chunks than one multi-tensor launch takes (kMtMaxChunks)
     kernels::zero_tensors(views, dev);
     const std::vector<double> got = buf.to_doubles();
     for (int64_t i = 0; i < n; ++i) {

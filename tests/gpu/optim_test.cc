@@ -1,8 +1,9 @@
 // CUDA multi-tensor Adam/AdamW, SGD and Lamb against the CPU reference over several steps. The
 // chunks are views into flat buffers with gaps between them (the gaps must stay untouched), of
-// sizes not multiple of 4, some misaligned (the scalar path), one large enough and enough of them
-// to need several launches of the fixed-capacity chunk table. The 16-bit parameter copy must equal
-// the rounding of the updated f32 parameters (round to nearest even, written here on the host).
+// sizes not multiple of 4, some misaligned (the scalar path), one of more than 320 tiles, and more
+// of them than one launch's fixed-capacity chunk table holds (so several launches). The 16-bit
+// parameter copy must equal the rounding of the updated f32 parameters (round to nearest even,
+// written here on the host).
 // From step 2 on, the GPU reads the gradient factor from device memory (grad_scale_at, as the
 // engine's step passes grad_clip_scale's output) with a wrong grad_scale beside it, and on step 3
 // the CPU reads it through a host pointer likewise: the same updates as the plain value.
@@ -59,7 +60,7 @@ struct OptimBuffers {
 
   explicit OptimBuffers(ZeroFirstChunk zero_first) {
     std::vector<int64_t> sizes = {1, 3, 4, 5, 4097, 20000, 2700001};  // > 320 tiles of 8192
-    for (int i = 0; i < 40; ++i) sizes.push_back(5 + 3 * i);          // > 36 chunks
+    for (int i = 0; i < 200; ++i) sizes.push_back(5 + i % 40);  // > kMtMaxChunks (192) chunks
     int64_t at = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
       // Even chunks start 16-byte aligned (vector path), odd ones one float past (scalar path).

@@ -88,13 +88,10 @@ void zero_tensors(std::span<const Tensor> tensors, Device device, const Stream& 
       Tensor(t).zero(s);
       continue;
     }
-    MtChunk c{};
+    OptimChunk c;
     c.param = static_cast<float*>(const_cast<void*>(t.data()));
     c.n = static_cast<int64_t>(t.nbytes() / 4);
-    c.index = static_cast<int32_t>(mt.size());
-    c.lowp_kind = LowpKind::kNone;
-    c.vector = aligned_to(t.data(), 16) ? VectorLoads::kYes : VectorLoads::kNo;
-    mt.push_back(c);
+    mt.push_back(mt_chunk(c, static_cast<int32_t>(mt.size()), kMtParam, "zero_tensors"));
   }
   if (mt.empty()) return;
   DeviceGuard guard(device);

@@ -1,13 +1,15 @@
 // Multi-tensor apply for the optimizers (after apex's multi_tensor_apply): one launch updates many
-// flat f32 chunks. The chunk pointers and a block -> (chunk, tile) table travel in a kernel
-// parameter struct of fixed capacity (about 12 KiB: CUDA 12.1+ takes kernel parameters up to
-// 32 KiB on Volta and later), so there is no host-to-device copy and no synchronisation; more
-// chunks or tiles than fit take more launches. A launch covers up to kMtMaxBlocks tiles (10M
-// elements): enough that the ramp-up and drain of each launch stay a small part of it.
-// Each block updates one tile of kMtTile elements, four at a time with 128-bit loads when every
-// pointer of the chunk is aligned. An Op says which arrays it loads and stores (compile-time
-// masks) and what it does to one element; the updated parameter is also written to the chunk's
-// optional 16-bit copy in the same pass.
+// flat f32 chunks. The chunk pointers and each chunk's first tile travel in a kernel parameter
+// struct of fixed capacity (about 11 KiB: CUDA 12.1+ takes kernel parameters up to 32 KiB on Volta
+// and later), so there is no host-to-device copy and no synchronisation; more chunks than fit take
+// more launches. Each block updates one tile of kMtTile elements and finds its chunk by a binary
+// search of the first tiles, so one launch covers every tile of up to kMtMaxChunks chunks: a whole
+// model's step is one launch of ~160K blocks at 1.3B parameters (the earlier fixed block table
+// took 126 launches of 1280 blocks there, each ending in a partial wave).
+// A thread updates four elements at a time with 128-bit loads when every pointer of the chunk is
+// aligned. An Op says which arrays it loads and stores (compile-time masks) and what it does to one
+// element; the updated parameter is also written to the chunk's optional 16-bit copy in the same
+// pass.
 #pragma once
 
 #include "zt/kernels/cuda/cuda_common.cuh"  // first: see its note on fmt
@@ -19,8 +21,7 @@
 
 namespace zt::kernels::cuda {
 
-constexpr int kMtMaxChunks = 96;
-constexpr int kMtMaxBlocks = 1280;
+constexpr int kMtMaxChunks = 192;
 constexpr int kMtThreads = 256;
 constexpr int64_t kMtTile = 8192;  // elements per block: 8 vectors of 4 per thread
 
@@ -41,11 +42,11 @@ struct MtChunk {
 
 struct MtBatch {
   MtChunk chunks[kMtMaxChunks];
-  unsigned char block_chunk[kMtMaxBlocks];
-  int32_t block_tile[kMtMaxBlocks];
+  // Chunk c's tiles are blocks [first_tile[c], first_tile[c + 1]) of the launch.
+  int32_t first_tile[kMtMaxChunks + 1];
+  int32_t count;  // chunks in this launch
 };
 static_assert(sizeof(MtBatch) <= 16384, "multi-tensor batch must fit the kernel parameter space");
-static_assert(kMtMaxChunks <= 256, "block_chunk is one byte");
 
 // Which arrays of a chunk an Op touches.
 enum MtArrays : unsigned {
@@ -116,8 +117,19 @@ __device__ __forceinline__ void mt_store_lowp4(void* dst, const float* src, int6
 template <typename Op>
 __global__ void __launch_bounds__(kMtThreads)
     multi_tensor_kernel(const __grid_constant__ MtBatch batch, const Op op) {
-  const MtChunk& c = batch.chunks[batch.block_chunk[blockIdx.x]];
-  const int64_t start = static_cast<int64_t>(batch.block_tile[blockIdx.x]) * kMtTile;
+  // The last chunk whose first tile is at or before this block (every chunk has a tile).
+  const int32_t b = static_cast<int32_t>(blockIdx.x);
+  int lo = 0, hi = batch.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (batch.first_tile[mid] <= b) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const MtChunk& c = batch.chunks[lo];
+  const int64_t start = static_cast<int64_t>(b - batch.first_tile[lo]) * kMtTile;
   const int64_t end = start + kMtTile < c.n ? start + kMtTile : c.n;
   typename Op::Partial part{};
   op.begin(c, part);
@@ -155,36 +167,34 @@ Device optim_device(std::span<const OptimChunk> chunks, const Stream& s);
 // Checks the chunks for an Op's needs (`required` arrays must be non-null) and converts them.
 MtChunk mt_chunk(const OptimChunk& c, int32_t index, unsigned required, const char* op);
 
-// Launches multi_tensor_kernel<Op> over every tile of every chunk, as few launches as fit.
+// Launches multi_tensor_kernel<Op> over every tile of every chunk: one launch per kMtMaxChunks
+// chunks (empty chunks take none).
 template <typename Op>
 void multi_tensor_apply(std::span<const MtChunk> chunks, const Op& op, cudaStream_t stream) {
   MtBatch batch{};
-  int nchunks = 0;
-  int nblocks = 0;
+  int64_t tiles = 0;
   auto launch = [&] {
-    if (nblocks > 0) {
-      multi_tensor_kernel<Op><<<nblocks, kMtThreads, 0, stream>>>(batch, op);
+    if (batch.count > 0) {
+      batch.first_tile[batch.count] = static_cast<int32_t>(tiles);
+      multi_tensor_kernel<Op>
+          <<<static_cast<unsigned>(tiles), kMtThreads, 0, stream>>>(batch, op);
       ZT_CUDA_CHECK_LAUNCH();
     }
-    nchunks = 0;
-    nblocks = 0;
+    batch.count = 0;
+    tiles = 0;
   };
+  // A launch's blocks are counted in int32 (2^31 tiles of 8192: far beyond any device's memory,
+  // but a launch is closed before it could get there).
+  constexpr int64_t kMaxTiles = int64_t{1} << 30;
   for (const MtChunk& c : chunks) {
-    const int64_t tiles = ceil_div(c.n, kMtTile);
-    int slot = -1;  // c's place in the current batch, once added
-    for (int64_t t = 0; t < tiles; ++t) {
-      if (slot < 0) {
-        slot = nchunks++;
-        batch.chunks[slot] = c;
-      }
-      batch.block_chunk[nblocks] = static_cast<unsigned char>(slot);
-      batch.block_tile[nblocks] = static_cast<int32_t>(t);
-      if (++nblocks == kMtMaxBlocks) {
-        launch();
-        slot = -1;  // the rest of c's tiles go into the next batch
-      }
-    }
-    if (nchunks == kMtMaxChunks) launch();
+    const int64_t t = ceil_div(c.n, kMtTile);
+    if (t == 0) continue;
+    ZT_ASSERT(t <= kMaxTiles, "multi_tensor_apply: a chunk of {} elements", c.n);
+    if (batch.count == kMtMaxChunks || tiles + t > kMaxTiles) launch();
+    batch.chunks[batch.count] = c;
+    batch.first_tile[batch.count] = static_cast<int32_t>(tiles);
+    ++batch.count;
+    tiles += t;
   }
   launch();
 }
