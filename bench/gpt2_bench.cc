@@ -31,7 +31,8 @@
 // --kernel-trace N: after the timed steps, N more steps run under CUPTI's activity tracing and
 // the GPU time of each kernel (summed by name, per step) goes to stderr as a table and into the
 // JSON line as "kernels" (the timed steps are not traced), followed by the GPU's idle stretches
-// between records (the longest, with the work on either side; "gpu_idle_ms_per_step").
+// between records (the longest, with the work on either side; "gpu_idle_ms_per_step", and
+// "gpu_idle": the gaps by size and by the pair of kernels around them).
 // --zero-keys adds members to the zero_optimization block (needs --stage); --ds-keys adds
 // top-level members (the aio block, wall_clock_breakdown).
 // --offload-optimizer cpu (needs --stage 1, 2 or 3) sets zero_optimization.offload_optimizer
@@ -47,6 +48,7 @@
 // peak_mem_bytes is its own. The peers on several GPUs are bench/zero_torch.py (DDP, FSDP2), run
 // by scripts/gpu_dist_check.sh. Without a launcher's environment it is one process, as before.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -297,7 +299,15 @@ int run(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<double> offload_ms, offload_cpu_ms;
   const zt::zero::OptimizerOffload* offload = e.zero_state().offload();
-  zt::Event start(*dev), stop(*dev);
+  zt::Event start(*dev), stop(*dev), after_forward(*dev), after_backward(*dev);
+  // Per timed step (not with --cuda-graph): the GPU time from the step's start to the end of
+  // forward, of backward and of the optimizer step (events), and the host's time in each call;
+  // their medians go into the JSON line as "phases", to tell GPU idle time from host time.
+  std::vector<double> gpu_fwd, gpu_bwd, gpu_opt, host_fwd, host_bwd, host_opt;
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
   // ZT_BENCH_MEMORY=1: on the first timed step, rank 0 prints (stderr) the memory allocated after
   // each phase and the peak within it, to see where the peak comes from.
   const bool trace_memory = std::getenv("ZT_BENCH_MEMORY") != nullptr && print;
@@ -323,27 +333,45 @@ int run(int argc, char** argv) {
         return false;
       }
     } else {
+      Clock::time_point t0 = Clock::now();
       auto loss = e.forward(tok, tgt);
+      const double h_fwd = ms_since(t0);
+      after_forward.record(e.stream());
       phase("forward", s);
       if (!loss) {
         std::fprintf(stderr, "%s\n", loss.status().message().c_str());
         return false;
       }
+      t0 = Clock::now();
       if (auto st = e.backward(*loss); !st.is_ok()) {
         std::fprintf(stderr, "%s\n", st.message().c_str());
         return false;
       }
+      const double h_bwd = ms_since(t0);
+      after_backward.record(e.stream());
       phase("backward", s);
+      t0 = Clock::now();
       if (auto st = e.step(); !st.is_ok()) {
         std::fprintf(stderr, "%s\n", st.message().c_str());
         return false;
       }
+      const double h_opt = ms_since(t0);
       phase("step", s);
+      if (s >= a.warmup && !trace_memory) {
+        host_fwd.push_back(h_fwd);
+        host_bwd.push_back(h_bwd);
+        host_opt.push_back(h_opt);
+      }
     }
     stop.record(e.stream());
     stop.synchronize();
     losses.push_back(static_cast<float>(e.last_step()->loss));
     if (s >= a.warmup) {
+      if (!a.cuda_graph && !trace_memory) {
+        gpu_fwd.push_back(start.elapsed_ms(after_forward));
+        gpu_bwd.push_back(after_forward.elapsed_ms(after_backward));
+        gpu_opt.push_back(after_backward.elapsed_ms(stop));
+      }
       ms.push_back(start.elapsed_ms(stop));
       if (offload != nullptr) {
         offload_ms.push_back(offload->last_times().total_ms);
@@ -426,6 +454,14 @@ int run(int argc, char** argv) {
   out["model_state_bytes_host"] = b.host_total();
   out["model_state_bytes_host_params"] = b.host_params;
   out["model_state_bytes_nvme"] = b.nvme;
+  if (!gpu_fwd.empty()) {
+    out["phases"] = {{"gpu_forward_ms", median_of(gpu_fwd)},
+                     {"gpu_backward_ms", median_of(gpu_bwd)},
+                     {"gpu_step_ms", median_of(gpu_opt)},
+                     {"host_forward_ms", median_of(host_fwd)},
+                     {"host_backward_ms", median_of(host_bwd)},
+                     {"host_step_ms", median_of(host_opt)}};
+  }
   if (offload != nullptr) {
     out["pin_memory"] = a.pin_memory == "true";
     out["offload_step_ms_median"] = median_of(offload_ms);
@@ -437,6 +473,7 @@ int run(int argc, char** argv) {
     zt::bench::idle_gaps_print(trace, a.kernel_trace, 16);
     out["kernels"] = zt::bench::kernel_totals_json(kernels, a.kernel_trace, 40);
     out["gpu_idle_ms_per_step"] = trace.idle_ms() / a.kernel_trace;
+    out["gpu_idle"] = zt::bench::idle_gaps_json(trace, a.kernel_trace, 24);
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

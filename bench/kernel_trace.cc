@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #if ZT_BENCH_CUPTI
 #include <cupti.h>
@@ -84,6 +85,28 @@ Totals& totals() {
 #if ZT_BENCH_CUPTI
 constexpr size_t kBufferBytes = 8u << 20;
 
+// A stable name for each (direction, host memory kind) of copy: the totals key names by pointer.
+const char* memcpy_name(uint8_t copy_kind, uint8_t src_kind, uint8_t dst_kind) {
+  static std::mutex mu;
+  static std::map<std::tuple<uint8_t, uint8_t, uint8_t>, std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, added] = names.try_emplace({copy_kind, src_kind, dst_kind});
+  if (added) {
+    const char* dir = copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_HTOD   ? "HtoD"
+                      : copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? "DtoH"
+                      : copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOD ? "DtoD"
+                                                                     : "other";
+    auto host = [](uint8_t k) {
+      return k == CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE ? "pageable"
+             : k == CUPTI_ACTIVITY_MEMORY_KIND_PINNED ? "pinned"
+                                                      : "";
+    };
+    std::string h = host(copy_kind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH ? dst_kind : src_kind);
+    it->second = "[memcpy " + std::string(dir) + (h.empty() ? "" : " " + h) + "]";
+  }
+  return it->second.c_str();
+}
+
 void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = kBufferBytes;
@@ -101,9 +124,10 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        // Named by direction and host memory kind ("[memcpy HtoD pageable]"), so the idle gaps
+        // around the step's copies say which copy they follow.
         auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
-        static const char* kMemcpy = "[memcpy]";
-        totals().add(kMemcpy, m->start, m->end);
+        totals().add(memcpy_name(m->copyKind, m->srcKind, m->dstKind), m->start, m->end);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -169,11 +193,12 @@ std::vector<KernelTotal> KernelTrace::stop() {
     std::sort(sp.begin(), sp.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
     uint64_t busy_until = 0;
     const std::string* last = nullptr;
+    const uint64_t first = sp.empty() ? 0 : sp.front().start;
     for (const Span& s : sp) {
       if (last != nullptr && s.start > busy_until) {
         const double ms = static_cast<double>(s.start - busy_until) * 1e-6;
         idle_ms_ += ms;
-        gaps_.push_back({ms, *last, *s.name});
+        gaps_.push_back({ms, *last, *s.name, static_cast<double>(busy_until - first) * 1e-6});
       }
       if (s.end > busy_until) {
         busy_until = s.end;
@@ -238,6 +263,53 @@ void idle_gaps_print(const KernelTrace& trace, int steps, int top) {
     std::fprintf(stderr, "  %8.3f ms  after %s  before %s\n", g.ms, g.after.c_str(),
                  g.before.c_str());
   }
+}
+
+nlohmann::json idle_gaps_json(const KernelTrace& trace, int steps, int top) {
+  const double per_step = 1.0 / steps;
+  struct Bin {
+    const char* name;
+    double below_ms;
+    double ms = 0;
+    int64_t count = 0;
+  };
+  Bin bins[] = {{"under_2us", 0.002}, {"2_to_5us", 0.005}, {"5_to_20us", 0.020},
+                {"20_to_100us", 0.100}, {"100us_or_more", 1e300}};
+  std::map<std::pair<std::string, std::string>, std::pair<double, int64_t>> pairs;
+  for (const IdleGap& g : trace.gaps()) {
+    for (Bin& b : bins) {
+      if (g.ms < b.below_ms) {
+        b.ms += g.ms;
+        ++b.count;
+        break;
+      }
+    }
+    auto& [ms, count] = pairs[{g.after, g.before}];
+    ms += g.ms;
+    ++count;
+  }
+  nlohmann::json by_size = nlohmann::json::object();
+  for (const Bin& b : bins) {
+    by_size[b.name] = {{"ms_per_step", b.ms * per_step},
+                       {"gaps_per_step", static_cast<double>(b.count) * per_step}};
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, std::pair<double, int64_t>>> sorted(
+      pairs.begin(), pairs.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  nlohmann::json by_pair = nlohmann::json::array();
+  for (size_t i = 0; i < sorted.size() && static_cast<int>(i) < top; ++i) {
+    by_pair.push_back({{"after", sorted[i].first.first},
+                       {"before", sorted[i].first.second},
+                       {"ms_per_step", sorted[i].second.first * per_step},
+                       {"gaps_per_step", static_cast<double>(sorted[i].second.second) * per_step}});
+  }
+  nlohmann::json longest = nlohmann::json::array();
+  for (size_t i = 0; i < trace.gaps().size() && i < 12; ++i) {
+    const IdleGap& g = trace.gaps()[i];
+    longest.push_back({{"ms", g.ms}, {"at_ms", g.at_ms}, {"after", g.after}, {"before", g.before}});
+  }
+  return {{"by_size", by_size}, {"by_pair", by_pair}, {"longest", longest}};
 }
 
 }  // namespace zt::bench

@@ -23,6 +23,7 @@ struct KernelTotal {
 struct IdleGap {
   double ms = 0;
   std::string after, before;
+  double at_ms = 0;  // where it begins, from the first record of the trace
 };
 
 class KernelTrace {
@@ -43,6 +44,11 @@ class KernelTrace {
 
 // The `top` longest gaps (per-step idle time = idle_ms / steps) on stderr.
 void idle_gaps_print(const KernelTrace& trace, int steps, int top);
+// The idle time as JSON, per step: "by_size" (count and ms of the gaps under 2, 5, 20 and 100 us
+// and longer), and "by_pair" (the `top` (after, before) pairs of work by summed gap time, with
+// their counts), and "longest" (the 12 longest gaps with where they begin in the trace), so a
+// run's output says whether a step idles in many short gaps or a few long ones, and where.
+nlohmann::json idle_gaps_json(const KernelTrace& trace, int steps, int top);
 
 // The totals as JSON (per step: divided by `steps`), the `top` largest and the rest summed.
 nlohmann::json kernel_totals_json(const std::vector<KernelTotal>& totals, int steps, int top);
