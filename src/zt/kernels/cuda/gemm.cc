@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <limits>
@@ -163,6 +164,25 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t t, uint64_t rows, uint64_t col
 }
 
 enum class Epilogue : unsigned char { kNone, kBias, kAct };
+
+// The workspace a GEMM's plan may use. Given workspace, cuBLASLt's heuristic on Hopper picks
+// cooperative (stream-K) nvjet kernels that clear part of it with a memset before every call;
+// without, it picks the statically scheduled ("ssched") variants of the same tiles, which were
+// faster on every GEMM of a GPT step measured on an H100 (1.3B: 2.8 ms of 81 a step, and the
+// 291 memsets gone; docs/performance.md) except the DGELU epilogue's, whose only kernel that
+// fuses the epilogue needs workspace (without it the epilogue runs as a separate, slower kernel).
+// So only DGELU GEMMs plan with workspace. ZT_GEMM_WORKSPACE_MB (0-32) gives every GEMM that
+// much instead, to measure the choice.
+size_t planned_workspace_bytes(Epilogue epilogue, GemmAct act) {
+  static const std::optional<size_t> forced = []() -> std::optional<size_t> {
+    const char* v = std::getenv("ZT_GEMM_WORKSPACE_MB");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    const long mb = std::strtol(v, nullptr, 10);
+    return std::min(kWorkspaceBytes, static_cast<size_t>(std::max(0L, mb)) << 20);
+  }();
+  if (forced.has_value()) return *forced;
+  return epilogue == Epilogue::kAct && act == GemmAct::kDgelu ? kWorkspaceBytes : 0;
+}
 
 void set_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* v,
               size_t size) {
@@ -334,7 +354,7 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
 
   cublasLtMatmulPreference_t pref = nullptr;
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const size_t ws_bytes = kWorkspaceBytes;
+  const size_t ws_bytes = planned_workspace_bytes(epilogue, g.act);
   ZT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
   const uint32_t align_a = alignment(p.first.data, p.first.stride, g.ab_dtype, g.batch, p.first.ld);
@@ -377,7 +397,7 @@ bool gemm_lt(const GemmArgs& g, const LtProblem& p, Epilogue epilogue, cudaStrea
   const void* c_read = g.c_in != nullptr ? g.c_in : g.c;
   const auto run = [&](const cublasLtMatmulAlgo_t& algo) {
     return cublasLtMatmul(handle, desc, &g.alpha, p.first.data, la, p.second.data, lb, &g.beta,
-                          c_read, lc, g.c, lc, &algo, workspace(device, stream), kWorkspaceBytes,
+                          c_read, lc, g.c, lc, &algo, workspace(device, stream), ws_bytes,
                           stream);
   };
   // Timing runs the GEMM several times: only where running it again gives the same result (C
