@@ -2,9 +2,9 @@
 // bf16 and f16: grouped (NH 8, KV 2), multi-query (KV 1) and multi-head (KV = NH) heads, Llama's
 // head sizes with rotary at a position offset, and an odd head size without rotary (then the
 // forward is a pure copy and must be exact). Outputs written over garbage. Head sizes whose lanes
-// split into 16-byte chunks take the vectorized kernels (a block per token row), the others
-// (HS 6 with rotary, HS 5) the plain ones; one case has more rows than the vectorized grid, so its
-// blocks stride over rows.
+// split into 16-byte chunks take the vectorized kernels (a thread per chunk of an input head, the
+// forward storing it to each out-head of the group), the others (HS 6 with rotary, HS 5) the plain
+// ones; one case has thousands of rows (rotary positions past the tables' first block).
 #include <gtest/gtest.h>
 
 #include "common/rotary_util.h"
@@ -70,7 +70,7 @@ TEST(QkvExpandCuda, WithoutRotaryOddHeadSizeMatchesCpu) {
   check_qkv_expand(2, 7, 8, 2, 64, Rotary::kOff, 0, 311);
 }
 
-TEST(QkvExpandCuda, MoreRowsThanBlocksMatchCpu) {
+TEST(QkvExpandCuda, ManyRowsMatchCpu) {
   ZT_SKIP_WITHOUT_CUDA();
   check_qkv_expand(2, 2200, 4, 2, 64, Rotary::kOn, 5, 401);
 }
