@@ -2,7 +2,8 @@
 // so cuBLAS sees m = cols, n = rows, with B as its first operand and A as its second; a row-major
 // matrix with `c` columns is a column-major one with leading dimension c. Handles and a 32 MiB
 // workspace per (device, stream) are created on first use and kept for the process: a workspace
-// per stream lets GEMMs on two streams run at once without sharing scratch memory.
+// per stream lets GEMMs on two streams run at once without sharing scratch memory (only DGELU
+// GEMMs plan with it: planned_workspace_bytes).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -167,10 +168,11 @@ enum class Epilogue : unsigned char { kNone, kBias, kAct };
 
 // The workspace a GEMM's plan may use. Given workspace, cuBLASLt's heuristic on Hopper picks
 // cooperative (stream-K) nvjet kernels that clear part of it with a memset before every call;
-// without, it picks the statically scheduled ("ssched") variants of the same tiles, which were
-// faster on every GEMM of a GPT step measured on an H100 (1.3B: 2.8 ms of 81 a step, and the
-// 291 memsets gone; docs/performance.md) except the DGELU epilogue's, whose only kernel that
-// fuses the epilogue needs workspace (without it the epilogue runs as a separate, slower kernel).
+// without, it picks the statically scheduled ("ssched") variants of the same tiles, which gave
+// the same bits and a faster GPT step on an H100 (1.3B: GEMMs 91.4 -> 89.7 ms, the step 131.6 ->
+// 129.6 ms, 243 fewer memsets; docs/performance.md), except for the DGELU epilogue: its only
+// kernel that fuses the epilogue needs workspace (without, the epilogue runs as a separate,
+// slower kernel).
 // So only DGELU GEMMs plan with workspace. ZT_GEMM_WORKSPACE_MB (0-32) gives every GEMM that
 // much instead, to measure the choice.
 size_t planned_workspace_bytes(Epilogue epilogue, GemmAct act) {
