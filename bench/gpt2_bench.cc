@@ -395,6 +395,9 @@ int run(int argc, char** argv) {
     e.stream().synchronize();
     if (tracing) kernels = trace.stop();
     ms.resize(timed);  // the traced steps are not timed
+    for (auto* v : {&gpu_fwd, &gpu_bwd, &gpu_opt, &host_fwd, &host_bwd, &host_opt}) {
+      v->resize(std::min(v->size(), timed));
+    }
     losses.resize(static_cast<size_t>(a.warmup + a.steps));
   }
   std::vector<float> sorted = ms;
