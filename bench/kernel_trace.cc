@@ -69,7 +69,11 @@ struct Totals {
   void add(const char* raw, uint64_t start, uint64_t end) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = names.find(raw);
-    if (it == names.end()) it = names.emplace(raw, short_name(raw)).first;
+    if (it == names.end()) {
+      // Copies and memsets ("[memcpy HtoD pinned]") keep their names: short_name would cut them
+      // at the last space.
+      it = names.emplace(raw, raw[0] == '[' ? std::string(raw) : short_name(raw)).first;
+    }
     KernelTotal& t = by_name[it->second];
     t.name = it->second;
     t.ms += static_cast<double>(end - start) * 1e-6;
