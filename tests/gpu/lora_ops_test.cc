@@ -184,6 +184,12 @@ TEST(LoraOpsCuda, LayernormBackwardWithoutParameterGradients) {
   check_layernorm_frozen(50, 77, 2401);
 }
 
+TEST(LoraOpsCuda, LayernormBackwardFrozenRowsInRegisters) {
+  ZT_SKIP_WITHOUT_CUDA();
+  // 16-byte chunks: the row-in-registers kernel with no shared-memory sums.
+  check_layernorm_frozen(300, 2048, 2451);
+}
+
 TEST(LoraOpsCuda, LayernormBackwardFrozenWideRow) {
   ZT_SKIP_WITHOUT_CUDA();
   // 2 C floats = 128 KB of gradient partial sums: more than the default 48 KB of shared memory.

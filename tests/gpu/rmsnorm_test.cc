@@ -1,7 +1,10 @@
 // CUDA RMSNorm forward/backward against the CPU reference, in f32, bf16 and f16: out and din in
-// the compute dtype; rstd and dweight in f32, dweight accumulated (+=) onto non-zero values; the
+// the compute dtype; rstd and dweight in f32, dweight accumulated (+=) onto non-zero values and
+// the same bits when the backward runs again; the
 // fused dresidual add, also with din aliasing dresidual; rows wide enough for the large
-// shared-memory path of the backward.
+// shared-memory path of the backward; the row-in-registers path at Llama widths (2048 and 4096
+// in 16-bit types, dweight's sums in shared memory over several blocks) and the loop path (4096
+// in f32, 14000).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,6 +52,15 @@ void check_rmsnorm(int64_t rows, int64_t C, Residual residual, uint64_t seed) {
                        : to_cuda(random_tensor({rows, C}, DType::f32, seed + 6), d.dtype);
     kernels::rmsnorm_backward(din_d, dweight_d, dout_d, in_d, w_d, rstd_d,
                               residual == Residual::kNone ? nullptr : &dres_d);
+    // dweight again from the same start: no atomics, the same bits.
+    if (residual != Residual::kAliasesDin) {
+      Tensor dw2 = to_cuda(dweight0, DType::f32);
+      Tensor din2 = Tensor::empty({rows, C}, d.dtype, dev);
+      kernels::rmsnorm_backward(din2, dw2, dout_d, in_d, w_d, rstd_d,
+                                residual == Residual::kNone ? nullptr : &dres_d);
+      EXPECT_EQ(values(dw2), values(dweight_d)) << "dweight is not reproducible";
+      EXPECT_EQ(values(din2), values(din_d)) << "din is not reproducible";
+    }
 
     // rstd comes from identical inputs in f32: only the summation order of the C squares
     // differs, and the CPU's sequential f32 sum drifts like sqrt(C) roundings; out and din carry
@@ -92,6 +104,12 @@ TEST(RmsnormCuda, VectorPathAliasingAndManyRowSplitsMatchCpu) {
   // over dozens of row splits, then added in order.
   check_rmsnorm(37, 256, Residual::kAliasesDin, 801);
   check_rmsnorm(5000, 512, Residual::kSeparate, 901);
+}
+
+TEST(RmsnormCuda, RowsInRegistersAtLlamaWidthsMatchCpu) {
+  ZT_SKIP_WITHOUT_CUDA();
+  check_rmsnorm(3000, 2048, Residual::kAliasesDin, 1101);
+  check_rmsnorm(700, 4096, Residual::kSeparate, 1201);
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ __global__ void __launch_bounds__(kWarpSize* kColRows)
     for (int k = 0; k < kV; ++k) acc[o][k] = 0.0f;
   }
   if (c0 < C) {
+    // Unrolled so that several rows' loads are in flight at once (the sums keep their order).
+#pragma unroll 4
     for (int64_t row = begin + threadIdx.y; row < end; row += kColRows) term(row, c0, acc);
   }
 #pragma unroll
@@ -75,6 +77,7 @@ __global__ void __launch_bounds__(kWarpSize* kColRows)
     if (dst.p[o] == nullptr) continue;  // (uniform across the block)
     float v = 0.0f;
     if (c < C) {
+#pragma unroll 4
       for (int sp = threadIdx.y; sp < splits; sp += kColRows) {
         v += partial[(static_cast<int64_t>(o) * splits + sp) * C + c];
       }

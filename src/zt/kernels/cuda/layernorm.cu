@@ -1,13 +1,22 @@
 // CUDA layernorm forward/backward over the last dimension C (contract in kernels/ops.h), the
-// caller's eps, biased variance, as the CPU reference. One warp per row, 16-byte loads and stores
-// when C and the alignment allow (one element at a time otherwise); statistics and parameter
-// gradients in f32. Backward: dweight and dbias (+=) from per-split column sums added in a fixed
-// order (cuda/column_reduce.cuh: deterministic, no atomics), before din is written; an undefined
-// one (a frozen parameter) is not computed. din may alias dout or dresidual: each lane reads a
-// chunk before it writes the same chunk.
+// caller's eps, biased variance, as the CPU reference. One warp per row; statistics and parameter
+// gradients in f32; dweight and dbias (+=) added in a fixed order (no atomics: the same bits on
+// every run); an undefined one (a frozen parameter) is not computed. din may alias dout or
+// dresidual: a row is read before it is written.
+//
+// Two paths:
+//  - rows (C a multiple of 16 bytes, at most 16 chunks a lane, aligned pointers; norm_rows.cuh):
+//    rows are held in registers and read from memory once; the forward takes a warp a row (the
+//    loop kernel's sums in the same order, so the same bits), the backward one to four warps a row
+//    (at most 4 chunks a lane; with several, a row's two sums add the warps' parts in order) and
+//    adds the parameter gradients' terms into shared memory as it goes (no second pass over the
+//    rows);
+//  - loops (any other C): the row is walked two or three times, and the backward's parameter
+//    gradients are column sums over the rows before din is written (cuda/column_reduce.cuh).
 #include "zt/kernels/cuda/column_reduce.cuh"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
+#include "zt/kernels/cuda/norm_rows.cuh"
 
 namespace zt::kernels::cuda {
 namespace {
@@ -105,6 +114,144 @@ __global__ void layernorm_backward_kernel(T* din, const T* dout, const T* in, co
   }
 }
 
+// The forward of one row held in registers (RowRegs): the same sums in the same order as
+// layernorm_forward_kernel.
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_forward_rows_kernel(T* out, float* mean, float* rstd, const T* in, const T* weight,
+                                  const T* bias, int64_t rows, int C, float eps) {
+  using R = RowRegs<T, kN>;
+  constexpr int kV = R::kV;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;  // whole warps leave together
+  R x;
+  x.load(in + row * C, 0, lane, C);
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    if (R::col(j, 0, lane) >= C) continue;
+    float v[kV];
+    x.get(j, v);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) sum += v[k];
+  }
+  const float m = warp_sum(sum) / static_cast<float>(C);
+  float var = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    if (R::col(j, 0, lane) >= C) continue;
+    float v[kV];
+    x.get(j, v);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) var += (v[k] - m) * (v[k] - m);
+  }
+  const float r = rsqrtf(warp_sum(var) / static_cast<float>(C) + eps);
+  T* o = out + row * C;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int c = R::col(j, 0, lane);
+    if (c >= C) continue;
+    float v[kV], w[kV], b[kV];
+    x.get(j, v);
+    load_f32<T, kV>(w, weight + c);
+    load_f32<T, kV>(b, bias + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = (v[k] - m) * r * w[k] + b[k];
+    store_from_f32<T, kV>(o + c, v);
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// The backward of rows held in registers, a group of kSplit warps per row at a time
+// (norm_rows.cuh) over the grid of a NormGradPlan; din as layernorm_backward_kernel (its row sums
+// in another order when kSplit > 1). With `partial`, each warp adds dout * norm and dout into its
+// shared-memory slices (dweight's, then dbias's) and the block writes partial[o][block][c];
+// norm_grad_finish adds them onto the gradients.
+template <typename T, int kN, int kSplit>
+__global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
+    layernorm_backward_rows_kernel(T* din, const T* dout, const T* in, const T* weight,
+                                   const float* mean, const float* rstd, const T* dresidual,
+                                   int64_t rows, int C, float* partial) {
+  using R = RowRegs<T, kN, kSplit>;
+  constexpr int kV = R::kV;
+  constexpr int kGroups = kNormWarps / kSplit;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int group = warp / kSplit, h = warp % kSplit;
+  const int64_t P = R::slice_floats(C);
+  float* acc = partial != nullptr ? warp_grad_slice<R, 2>(smem, warp, lane, C) : nullptr;
+  float* xch = smem + (partial != nullptr ? kNormWarps * 2 * P : 0);
+  int parity = 0;
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(kGroups) + group; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kGroups) {
+    R g, x, dr;
+    g.load(dout + row * C, h, lane, C);
+    x.load(in + row * C, h, lane, C);
+    if (dresidual != nullptr) dr.load(dresidual + row * C, h, lane, C);  // all loads up front
+    const float m = mean[row];
+    const float r = rstd[row];
+    float sums[2] = {0.0f, 0.0f};  // dnorm, dnorm * norm
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int c = R::col(j, h, lane);
+      if (c >= C) continue;
+      float gv[kV], xv[kV], wv[kV];
+      g.get(j, gv);
+      x.get(j, xv);
+      load_f32<T, kV>(wv, weight + c);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const float dnorm = wv[k] * gv[k];
+        sums[0] += dnorm;
+        sums[1] += dnorm * (xv[k] - m) * r;
+      }
+    }
+    sums[0] = warp_sum(sums[0]);
+    sums[1] = warp_sum(sums[1]);
+    group_sum<kSplit, 2>(sums, xch, group, h, lane, parity);
+    g.launder();
+    x.launder();
+    dr.launder();
+    const float mean_dnorm = sums[0] / static_cast<float>(C);
+    const float mean_dnorm_norm = sums[1] / static_cast<float>(C);
+    T* d = din + row * C;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int c = R::col(j, h, lane);
+      if (c >= C) continue;
+      float gv[kV], xv[kV], wv[kV], rv[kV], dw[kV];
+      g.get(j, gv);
+      x.get(j, xv);
+      load_f32<T, kV>(wv, weight + c);
+      if (dresidual != nullptr) {
+        dr.get(j, rv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
+      }
+      if (acc != nullptr) {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) dw[k] = gv[k] * ((xv[k] - m) * r);
+        R::add_to_slice(acc, j, lane, dw);
+        R::add_to_slice(acc + P, j, lane, gv);
+      }
+#pragma unroll
+      for (int k = 0; k < kV; ++k) {
+        const float norm = (xv[k] - m) * r;
+        gv[k] = (wv[k] * gv[k] - mean_dnorm - norm * mean_dnorm_norm) * r + rv[k];
+      }
+      store_from_f32<T, kV>(d + c, gv);
+    }
+  }
+  if (partial != nullptr) block_grad_partials<R, kSplit, 2>(partial, smem, C);
+}
+
 // The parameter gradients' terms for column_reduce: dweight += dout * norm, dbias += dout.
 template <typename T, int kV>
 struct LnParamTerm {
@@ -170,9 +317,16 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
           ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight),
           ptr<const T>(bias), sh.rows, sh.C, eps);
     };
+    auto launch_rows = [&]<int N>() {
+      layernorm_forward_rows_kernel<T, N><<<grid, kThreads, 0, stream_of(s)>>>(
+          ptr<T>(out), ptr<float>(mean), ptr<float>(rstd), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const T>(bias), sh.rows, sh.C, eps);
+    };
     if (sh.C % kV == 0 &&
         vec16_aligned(ptr<T>(out), ptr<const T>(in), ptr<const T>(weight), ptr<const T>(bias))) {
-      launch.template operator()<kV>();
+      if (!norm_rows_path() || !by_row_chunks<T>(sh.C, launch_rows)) {
+        launch.template operator()<kV>();
+      }
     } else {
       launch.template operator()<1>();
     }
@@ -233,6 +387,32 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
           ptr<const float>(mean), ptr<const float>(rstd), dres, sh.rows, sh.C);
       ZT_CUDA_CHECK_LAUNCH();
     };
+    // The rows path: the kernel, then (with any parameter gradient) the blocks' sums.
+    auto launch_rows = [&]<int N, int kSplit>() {
+      using R = RowRegs<T, N, kSplit>;
+      const NormGradPlan plan = norm_grad_plan(sh.rows, sh.C, R::slice_floats(sh.C), kSplit, 2, 2,
+                                               with_dweight || with_dbias, in.device(), s);
+      if (plan.blocks == 0) return false;
+      const auto kernel = layernorm_backward_rows_kernel<T, N, kSplit>;
+      if (plan.smem > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel));
+      kernel<<<plan.blocks, kNormWarps * kWarpSize, plan.smem, stream_of(s)>>>(
+          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const float>(mean), ptr<const float>(rstd), dres, sh.rows, sh.C,
+          plan.partial.defined() ? static_cast<float*>(plan.partial.data()) : nullptr);
+      ZT_CUDA_CHECK_LAUNCH();
+      if (plan.partial.defined()) {
+        norm_grad_finish<2>(ColumnDst<2>{{with_dweight ? ptr<float>(dweight) : nullptr,
+                                          with_dbias ? ptr<float>(dbias) : nullptr}},
+                            plan, sh.C, s);
+      }
+      return true;
+    };
+    bool done = false;
+    if (vec && norm_rows_path()) {
+      by_row_split<T>(
+          sh.C, [&]<int N, int kSplit>() { done = launch_rows.template operator()<N, kSplit>(); });
+    }
+    if (done) return;
     if (vec) {
       launch.template operator()<kV>();
     } else {

@@ -1,16 +1,20 @@
 // CUDA RMSNorm forward/backward over the last dimension C (contract in kernels/op_table.inc), as
 // the CPU reference: rstd = 1 / sqrt(mean(x^2) + eps), out = weight * (x * rstd). One warp per
-// row, 16-byte loads and stores when C and the alignment allow; statistics and the parameter
-// gradient in f32. The forward rounds x * rstd to the compute
+// row; statistics and the parameter gradient in f32. The forward rounds x * rstd to the compute
 // dtype before multiplying by the weight, as transformers' LlamaRMSNorm does
 // (`weight * hidden.to(input_dtype)`), so bf16 outputs match it; the backward differentiates the
-// unrounded function in f32. Backward: dweight (+=) from per-split column sums added in a fixed
-// order (cuda/column_reduce.cuh: deterministic, no atomics), before din is written; an undefined
-// dweight (a frozen weight) is not computed. din may alias dout or dresidual: each lane reads a
-// chunk before it writes the same chunk.
+// unrounded function in f32. dweight (+=) is added in a fixed order (no atomics: the same bits on
+// every run); an undefined dweight (a frozen weight) is not computed. din may alias dout or
+// dresidual: a row is read before it is written.
+//
+// Two paths, as layernorm.cu's: rows (16-byte chunks, at most 16 a lane; norm_rows.cuh: rows in
+// registers, the forward a warp a row with the loop kernel's bits, the backward one to four warps
+// a row with dweight's terms summed in shared memory as it goes) and loops (any other C: dweight
+// from column sums over the rows, cuda/column_reduce.cuh, before din is written).
 #include "zt/kernels/cuda/column_reduce.cuh"
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
+#include "zt/kernels/cuda/norm_rows.cuh"
 
 namespace zt::kernels::cuda {
 namespace {
@@ -89,6 +93,118 @@ __global__ void rmsnorm_backward_kernel(T* din, const T* dout, const T* in, cons
   }
 }
 
+// The forward of one row held in registers (RowRegs), as rmsnorm_forward_kernel.
+template <typename T, int kN>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_rows_kernel(T* out, float* rstd, const T* in, const T* weight, float eps,
+                                int64_t rows, int C) {
+  using R = RowRegs<T, kN>;
+  constexpr int kV = R::kV;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / kWarpSize;
+  if (row >= rows) return;  // whole warps leave together
+  R x;
+  x.load(in + row * C, 0, lane, C);
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    if (R::col(j, 0, lane) >= C) continue;
+    float v[kV];
+    x.get(j, v);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) sum_sq += v[k] * v[k];
+  }
+  const float r = rsqrtf(warp_sum(sum_sq) / static_cast<float>(C) + eps);
+  T* o = out + row * C;
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int c = R::col(j, 0, lane);
+    if (c >= C) continue;
+    float v[kV], w[kV];
+    x.get(j, v);
+    load_f32<T, kV>(w, weight + c);
+#pragma unroll
+    for (int k = 0; k < kV; ++k) v[k] = w[k] * round_to<T>(v[k] * r);
+    store_from_f32<T, kV>(o + c, v);
+  }
+  if (lane == 0) rstd[row] = r;
+}
+
+// The backward of rows held in registers, a group of kSplit warps per row at a time
+// (norm_rows.cuh) over the grid of a NormGradPlan; din as rmsnorm_backward_kernel (its row sum in
+// another order when kSplit > 1). With `partial`, each warp adds dout * x * rstd into its
+// shared-memory slice and the block writes partial[0][block][c].
+template <typename T, int kN, int kSplit>
+__global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
+    rmsnorm_backward_rows_kernel(T* din, const T* dout, const T* in, const T* weight,
+                                 const float* rstd, const T* dresidual, int64_t rows, int C,
+                                 float* partial) {
+  using R = RowRegs<T, kN, kSplit>;
+  constexpr int kV = R::kV;
+  constexpr int kGroups = kNormWarps / kSplit;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int group = warp / kSplit, h = warp % kSplit;
+  const int64_t P = R::slice_floats(C);
+  float* acc = partial != nullptr ? warp_grad_slice<R, 1>(smem, warp, lane, C) : nullptr;
+  float* xch = smem + (partial != nullptr ? kNormWarps * P : 0);
+  int parity = 0;
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(kGroups) + group; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kGroups) {
+    R g, x, dr;
+    g.load(dout + row * C, h, lane, C);
+    x.load(in + row * C, h, lane, C);
+    if (dresidual != nullptr) dr.load(dresidual + row * C, h, lane, C);  // all loads up front
+    const float r = rstd[row];
+    float sums[1] = {0.0f};  // dnorm * norm
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int c = R::col(j, h, lane);
+      if (c >= C) continue;
+      float gv[kV], xv[kV], wv[kV];
+      g.get(j, gv);
+      x.get(j, xv);
+      load_f32<T, kV>(wv, weight + c);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) sums[0] += wv[k] * gv[k] * xv[k] * r;
+    }
+    sums[0] = warp_sum(sums[0]);
+    group_sum<kSplit, 1>(sums, xch, group, h, lane, parity);
+    g.launder();
+    x.launder();
+    dr.launder();
+    const float mean_dnorm_norm = sums[0] / static_cast<float>(C);
+    T* d = din + row * C;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int c = R::col(j, h, lane);
+      if (c >= C) continue;
+      float gv[kV], xv[kV], wv[kV], rv[kV], dw[kV];
+      g.get(j, gv);
+      x.get(j, xv);
+      load_f32<T, kV>(wv, weight + c);
+      if (dresidual != nullptr) {
+        dr.get(j, rv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
+      }
+      if (acc != nullptr) {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) dw[k] = gv[k] * (xv[k] * r);
+        R::add_to_slice(acc, j, lane, dw);
+      }
+#pragma unroll
+      for (int k = 0; k < kV; ++k)
+        gv[k] = (wv[k] * gv[k] - xv[k] * r * mean_dnorm_norm) * r + rv[k];
+      store_from_f32<T, kV>(d + c, gv);
+    }
+  }
+  if (partial != nullptr) block_grad_partials<R, kSplit, 1>(partial, smem, C);
+}
+
 // dweight's term for column_reduce (cuda/column_reduce.cuh: deterministic, no atomics):
 // dout * x * rstd.
 template <typename T, int kV>
@@ -141,10 +257,17 @@ void rmsnorm_forward(Tensor& out, Tensor& rstd, const Tensor& in, const Tensor& 
     using T = typename decltype(tag)::type;
     const unsigned grid = static_cast<unsigned>(ceil_div(sh.rows, kWarpsPerBlock));
     constexpr int kV = kVec<T>;
-    if (sh.C % kV == 0 && vec16_aligned(ptr<T>(out), ptr<const T>(in), ptr<const T>(weight))) {
-      rmsnorm_forward_kernel<T, kV>
+    auto launch_rows = [&]<int N>() {
+      rmsnorm_forward_rows_kernel<T, N>
           <<<grid, kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<float>(rstd), ptr<const T>(in),
                                                 ptr<const T>(weight), eps, sh.rows, sh.C);
+    };
+    if (sh.C % kV == 0 && vec16_aligned(ptr<T>(out), ptr<const T>(in), ptr<const T>(weight))) {
+      if (!norm_rows_path() || !by_row_chunks<T>(sh.C, launch_rows)) {
+        rmsnorm_forward_kernel<T, kV>
+            <<<grid, kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<float>(rstd), ptr<const T>(in),
+                                                  ptr<const T>(weight), eps, sh.rows, sh.C);
+      }
     } else {
       rmsnorm_forward_kernel<T, 1>
           <<<grid, kThreads, 0, stream_of(s)>>>(ptr<T>(out), ptr<float>(rstd), ptr<const T>(in),
@@ -183,6 +306,30 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
     constexpr int kV = kVec<T>;
     const bool vec = sh.C % kV == 0 && vec16_aligned(ptr<T>(din), ptr<const T>(dout),
                                                      ptr<const T>(in), ptr<const T>(weight), dres);
+    // The rows path: the kernel, then (with dweight) the blocks' sums.
+    auto launch_rows = [&]<int N, int kSplit>() {
+      using R = RowRegs<T, N, kSplit>;
+      const NormGradPlan plan = norm_grad_plan(sh.rows, sh.C, R::slice_floats(sh.C), kSplit, 1, 1,
+                                               with_dweight, in.device(), s);
+      if (plan.blocks == 0) return false;
+      const auto kernel = rmsnorm_backward_rows_kernel<T, N, kSplit>;
+      if (plan.smem > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel));
+      kernel<<<plan.blocks, kNormWarps * kWarpSize, plan.smem, stream_of(s)>>>(
+          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
+          ptr<const float>(rstd), dres, sh.rows, sh.C,
+          plan.partial.defined() ? static_cast<float*>(plan.partial.data()) : nullptr);
+      ZT_CUDA_CHECK_LAUNCH();
+      if (plan.partial.defined()) {
+        norm_grad_finish<1>(ColumnDst<1>{{ptr<float>(dweight)}}, plan, sh.C, s);
+      }
+      return true;
+    };
+    bool done = false;
+    if (vec && norm_rows_path()) {
+      by_row_split<T>(
+          sh.C, [&]<int N, int kSplit>() { done = launch_rows.template operator()<N, kSplit>(); });
+    }
+    if (done) return;
     // dweight first: din may overwrite dout.
     if (with_dweight) {
       const ColumnDst<1> dst{{ptr<float>(dweight)}};
