@@ -11,14 +11,14 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZT_CUDA=ON \
 cmake --build "$build_dir" -j "$(nproc)" \
   --target zt_cli zt_gpu_tests zt_bench_gpt2 zt_comm_bench zt_bench_attention zt_bench_cpu_adam \
   zt_bench_pinned_alloc zt_bench_ckpt zt_bench_generate zt_bench_tokenizer zt_bench_disk zt_bench_pipe \
-  zt_unit_tests
+  zt_bench_norm zt_unit_tests
 rm -rf gpu_bundle
 mkdir -p gpu_bundle/bin gpu_bundle/lib
 cp "$build_dir"/bin/zt "$build_dir"/bin/zt_bench_gpt2 "$build_dir"/bin/zt_comm_bench \
   "$build_dir"/bin/zt_bench_attention "$build_dir"/bin/zt_bench_cpu_adam \
   "$build_dir"/bin/zt_bench_pinned_alloc "$build_dir"/bin/zt_bench_ckpt \
   "$build_dir"/bin/zt_bench_generate "$build_dir"/bin/zt_bench_tokenizer "$build_dir"/bin/zt_bench_disk \
-  "$build_dir"/bin/zt_bench_pipe \
+  "$build_dir"/bin/zt_bench_pipe "$build_dir"/bin/zt_bench_norm \
   gpu_bundle/bin/
 cp "$build_dir"/tests/zt_gpu_tests "$build_dir"/tests/zt_unit_tests gpu_bundle/bin/
 strip gpu_bundle/bin/*

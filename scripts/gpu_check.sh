@@ -27,9 +27,10 @@
 # Section `rlhf` runs zt train --task ppo on the GPU against the CPU and in bf16 at ZeRO 0 and 3;
 # section `rlhf_bench` (not in the default list) times a Llama 1B PPO round next to PyTorch;
 # `rlhf_2gpu` (not in the default list; 2 GPUs) DeepSpeed-Chat's 256 + 256 round on 1 and 2 GPUs.
+# Section `norms` times LayerNorm and RMSNorm forward and backward next to torch's.
 # Section `speed` (not in the default list) times a plan of one-GPU training runs, ZeroTrain's
 # variants (GEMM autotuning, kept activations, CUDA graph) next to eager and compiled PyTorch.
-# ZT_GPU_SECTIONS (default "tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf") picks them;
+# ZT_GPU_SECTIONS (default "tests train bench attention norms ckpt llama generate export tasks lora monitors vision rlhf") picks them;
 # ZT_CKPT_MODELS (default "gpt-1.3b gpt-2.7b") the checkpoint benchmark's models, ZT_CKPT_DIR
 # where they write (default /tmp/zt_ckpt_bench).
 set -uo pipefail
@@ -48,12 +49,13 @@ steps=${ZT_BENCH_STEPS:-20}
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
-sections=" ${ZT_GPU_SECTIONS:-tests train bench attention ckpt llama generate export tasks lora monitors vision rlhf} "
+sections=" ${ZT_GPU_SECTIONS:-tests train bench attention norms ckpt llama generate export tasks lora monitors vision rlhf} "
 on() { [[ "$sections" == *" $1 "* ]]; }
 gpu_rc=-1
 train_rc=-1
 : >"$out/bench.jsonl"
 : >"$out/attention.jsonl"
+: >"$out/norms.jsonl"
 : >"$out/ckpt.jsonl"
 : >"$out/llama.jsonl"
 : >"$out/generate.jsonl"
@@ -106,6 +108,13 @@ echo "== attention fwd+bwd, bf16: own kernels, cuDNN, unfused next to torch SDPA
 "$bin"/zt_bench_attention >>"$out/attention.jsonl" 2>"$out/attention_zt.log" || tail -5 "$out/attention_zt.log"
 python3 bench/attention_torch.py >>"$out/attention.jsonl" 2>"$out/attention_torch.log" ||
   tail -5 "$out/attention_torch.log"
+fi
+
+if on norms; then
+echo "== LayerNorm / RMSNorm fwd and bwd, bf16, next to torch (eager, compiled)"
+"$bin"/zt_bench_norm >>"$out/norms.jsonl" 2>"$out/norms_zt.log" || tail -5 "$out/norms_zt.log"
+python3 bench/norm_torch.py >>"$out/norms.jsonl" 2>"$out/norms_torch.log" ||
+  tail -5 "$out/norms_torch.log"
 fi
 
 if on ckpt; then
@@ -1349,6 +1358,16 @@ for r in att:
     mask = "causal" if r.get("causal", True) else "none"
     print(f"{str(akey(r)[:4]):<24}{mask:<7}{r['impl']:<24}{r['ms_median']:>8.3f}{r['tflops']:>9.1f}{ratio:>11.2f}x")
 print("(last column: the faster torch SDPA backend's time divided by that row's time; above 1 is faster than torch)")
+nm = [json.loads(l) for l in open(f"{out}/norms.jsonl") if l.strip()]
+if nm:
+    print(f"\n{'norm (rows, C)':<26}{'impl':<15}{'fwd ms':>8}{'GB/s':>6}{'bwd ms':>8}{'GB/s':>6}{'best torch/this':>17}")
+    nkey = lambda x: (x["op"], x["rows"], x["C"])
+    for r in nm:
+        ts = [x for x in nm if x["impl"].startswith("torch") and nkey(x) == nkey(r)]
+        best = min((x["fwd_ms"] + x["bwd_ms"] for x in ts), default=float("nan"))
+        print(f"{r['op'] + ' ' + str((r['rows'], r['C'])):<26}{r['impl']:<15}{r['fwd_ms']:>8.3f}"
+              f"{r['fwd_gbs']:>6}{r['bwd_ms']:>8.3f}{r['bwd_gbs']:>6}{best / (r['fwd_ms'] + r['bwd_ms']):>16.2f}x")
+    print("(last column: the faster torch's fwd+bwd time divided by that row's; above 1 is faster than torch)")
 lm = [json.loads(l) for l in open(f"{out}/llama.jsonl") if l.strip()]
 for r in lm:
     if r.get("cuda_graph"):
