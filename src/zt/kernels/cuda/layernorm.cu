@@ -127,25 +127,9 @@ __global__ void __launch_bounds__(kThreads)
   if (row >= rows) return;  // whole warps leave together
   R x;
   x.load(in + row * C, 0, lane, C);
-  float sum = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    if (R::col(j, 0, lane) >= C) continue;
-    float v[kV];
-    x.get(j, v);
-#pragma unroll
-    for (int k = 0; k < kV; ++k) sum += v[k];
-  }
-  const float m = warp_sum(sum) / static_cast<float>(C);
-  float var = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    if (R::col(j, 0, lane) >= C) continue;
-    float v[kV];
-    x.get(j, v);
-#pragma unroll
-    for (int k = 0; k < kV; ++k) var += (v[k] - m) * (v[k] - m);
-  }
+  const float m =
+      warp_sum(x.lane_sum(0, lane, C, [](float v) { return v; })) / static_cast<float>(C);
+  const float var = x.lane_sum(0, lane, C, [m](float v) { return (v - m) * (v - m); });
   const float r = rsqrtf(warp_sum(var) / static_cast<float>(C) + eps);
   T* o = out + row * C;
 #pragma unroll
@@ -166,91 +150,33 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The backward of rows held in registers, a group of kSplit warps per row at a time
-// (norm_rows.cuh) over the grid of a NormGradPlan; din as layernorm_backward_kernel (its row sums
-// in another order when kSplit > 1). With `partial`, each warp adds dout * norm and dout into its
-// shared-memory slices (dweight's, then dbias's) and the block writes partial[o][block][c];
-// norm_grad_finish adds them onto the gradients.
-template <typename T, int kN, int kSplit>
-__global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
-    layernorm_backward_rows_kernel(T* din, const T* dout, const T* in, const T* weight,
-                                   const float* mean, const float* rstd, const T* dresidual,
-                                   int64_t rows, int C, float* partial) {
-  using R = RowRegs<T, kN, kSplit>;
-  constexpr int kV = R::kV;
-  constexpr int kGroups = kNormWarps / kSplit;
-  extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int group = warp / kSplit, h = warp % kSplit;
-  const int64_t P = R::slice_floats(C);
-  float* acc = partial != nullptr ? warp_grad_slice<R, 2>(smem, warp, lane, C) : nullptr;
-  float* xch = smem + (partial != nullptr ? kNormWarps * 2 * P : 0);
-  int parity = 0;
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(kGroups) + group; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kGroups) {
-    R g, x, dr;
-    g.load(dout + row * C, h, lane, C);
-    x.load(in + row * C, h, lane, C);
-    if (dresidual != nullptr) dr.load(dresidual + row * C, h, lane, C);  // all loads up front
-    const float m = mean[row];
-    const float r = rstd[row];
-    float sums[2] = {0.0f, 0.0f};  // dnorm, dnorm * norm
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const int c = R::col(j, h, lane);
-      if (c >= C) continue;
-      float gv[kV], xv[kV], wv[kV];
-      g.get(j, gv);
-      x.get(j, xv);
-      load_f32<T, kV>(wv, weight + c);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) {
-        const float dnorm = wv[k] * gv[k];
-        sums[0] += dnorm;
-        sums[1] += dnorm * (xv[k] - m) * r;
-      }
-    }
-    sums[0] = warp_sum(sums[0]);
-    sums[1] = warp_sum(sums[1]);
-    group_sum<kSplit, 2>(sums, xch, group, h, lane, parity);
-    g.launder();
-    x.launder();
-    dr.launder();
-    const float mean_dnorm = sums[0] / static_cast<float>(C);
-    const float mean_dnorm_norm = sums[1] / static_cast<float>(C);
-    T* d = din + row * C;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const int c = R::col(j, h, lane);
-      if (c >= C) continue;
-      float gv[kV], xv[kV], wv[kV], rv[kV], dw[kV];
-      g.get(j, gv);
-      x.get(j, xv);
-      load_f32<T, kV>(wv, weight + c);
-      if (dresidual != nullptr) {
-        dr.get(j, rv);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
-      }
-      if (acc != nullptr) {
-#pragma unroll
-        for (int k = 0; k < kV; ++k) dw[k] = gv[k] * ((xv[k] - m) * r);
-        R::add_to_slice(acc, j, lane, dw);
-        R::add_to_slice(acc + P, j, lane, gv);
-      }
-#pragma unroll
-      for (int k = 0; k < kV; ++k) {
-        const float norm = (xv[k] - m) * r;
-        gv[k] = (wv[k] * gv[k] - mean_dnorm - norm * mean_dnorm_norm) * r + rv[k];
-      }
-      store_from_f32<T, kV>(d + c, gv);
-    }
+// LayerNorm's terms for norm_backward_rows_kernel (norm_rows.cuh), the same arithmetic as
+// layernorm_backward_kernel: row sums dnorm and dnorm * norm (dnorm = weight dout,
+// norm = (x - mean) rstd); din = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm));
+// dweight += dout * norm, dbias += dout.
+struct LnRowsOp {
+  static constexpr int kSums = 2;
+  static constexpr int kOut = 2;
+  struct Row {
+    float m, r;
+  };
+  const float* mean;
+  const float* rstd;
+  __device__ Row row(int64_t i) const { return {mean[i], rstd[i]}; }
+  __device__ void add_sums(float (&sums)[2], float g, float x, float w, const Row& st) const {
+    const float dnorm = w * g;
+    sums[0] += dnorm;
+    sums[1] += dnorm * (x - st.m) * st.r;
   }
-  if (partial != nullptr) block_grad_partials<R, kSplit, 2>(partial, smem, C);
-}
+  __device__ float din(float g, float x, float w, const Row& st, const float (&means)[2]) const {
+    const float norm = (x - st.m) * st.r;
+    return (w * g - means[0] - norm * means[1]) * st.r;
+  }
+  __device__ void grad_terms(float (&t)[2], float g, float x, const Row& st) const {
+    t[0] = g * ((x - st.m) * st.r);
+    t[1] = g;
+  }
+};
 
 // The parameter gradients' terms for column_reduce: dweight += dout * norm, dbias += dout.
 template <typename T, int kV>
@@ -371,11 +297,11 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
     constexpr int kV = kVec<T>;
     const bool vec = sh.C % kV == 0 && vec16_aligned(ptr<T>(din), ptr<const T>(dout),
                                                      ptr<const T>(in), ptr<const T>(weight), dres);
+    const ColumnDst<2> dst{
+        {with_dweight ? ptr<float>(dweight) : nullptr, with_dbias ? ptr<float>(dbias) : nullptr}};
     auto launch = [&]<int V>() {
       // The parameter gradients first: din may overwrite dout.
       if (with_dweight || with_dbias) {
-        const ColumnDst<2> dst{{with_dweight ? ptr<float>(dweight) : nullptr,
-                                with_dbias ? ptr<float>(dbias) : nullptr}};
         column_reduce<V, 2>(dst, sh.rows, sh.C,
                             LnParamTerm<T, V>{ptr<const T>(dout), ptr<const T>(in),
                                               ptr<const float>(mean), ptr<const float>(rstd), sh.C},
@@ -388,31 +314,12 @@ void layernorm_backward(Tensor& din, Tensor& dweight, Tensor& dbias, const Tenso
       ZT_CUDA_CHECK_LAUNCH();
     };
     // The rows path: the kernel, then (with any parameter gradient) the blocks' sums.
-    auto launch_rows = [&]<int N, int kSplit>() {
-      using R = RowRegs<T, N, kSplit>;
-      const NormGradPlan plan = norm_grad_plan(sh.rows, sh.C, R::slice_floats(sh.C), kSplit, 2, 2,
-                                               with_dweight || with_dbias, in.device(), s);
-      if (plan.blocks == 0) return false;
-      const auto kernel = layernorm_backward_rows_kernel<T, N, kSplit>;
-      if (plan.smem > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel));
-      kernel<<<plan.blocks, kNormWarps * kWarpSize, plan.smem, stream_of(s)>>>(
-          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
-          ptr<const float>(mean), ptr<const float>(rstd), dres, sh.rows, sh.C,
-          plan.partial.defined() ? static_cast<float*>(plan.partial.data()) : nullptr);
-      ZT_CUDA_CHECK_LAUNCH();
-      if (plan.partial.defined()) {
-        norm_grad_finish<2>(ColumnDst<2>{{with_dweight ? ptr<float>(dweight) : nullptr,
-                                          with_dbias ? ptr<float>(dbias) : nullptr}},
-                            plan, sh.C, s);
-      }
-      return true;
-    };
-    bool done = false;
-    if (vec && norm_rows_path()) {
-      by_row_split<T>(
-          sh.C, [&]<int N, int kSplit>() { done = launch_rows.template operator()<N, kSplit>(); });
+    if (vec && norm_rows_path() &&
+        norm_backward_rows<T>(
+            ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight), dres, sh.rows,
+            sh.C, LnRowsOp{ptr<const float>(mean), ptr<const float>(rstd)}, dst, in.device(), s)) {
+      return;
     }
-    if (done) return;
     if (vec) {
       launch.template operator()<kV>();
     } else {

@@ -9,9 +9,10 @@
 // (the loop kernels read it two or three times, the later reads from cache).
 //  - The forwards use one warp a row (by_row_chunks: kN in {1, 2, 4, 8, 16}, the fewest that
 //    cover C).
-//  - The backwards keep at most 4 chunks a lane (by_row_split: kSplit 1, 2 or 4 warps a row), so
-//    that a lane holds few registers and an SM runs 16 warps; the group's row sums meet in shared
-//    memory behind a barrier of the group's warps (group_sum).
+//  - The backwards (one kernel, norm_backward_rows_kernel, with each norm's terms as an Op) keep at
+//    most 4 chunks a lane (by_row_split: kSplit 1, 2 or 4 warps a row), so that a lane holds few
+//    registers and an SM runs 16 warps; the group's row sums meet in shared memory behind a
+//    barrier of the group's warps (group_sum).
 // Wider rows take the loop kernels.
 //
 // Fused parameter gradients (norm_grad_plan, warp_grad_slice, block_grad_partials,
@@ -51,6 +52,20 @@ struct RowRegs {
     for (int j = 0; j < kN; ++j) {
       if (col(j, h, lane) < C) v[j] = load16(row + col(j, h, lane));
     }
+  }
+  // This lane's sum of f(element) over its chunks, in chunk order (warp h of the group).
+  template <typename F>
+  __device__ __forceinline__ float lane_sum(int h, int lane, int C, F f) const {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      if (col(j, h, lane) >= C) continue;
+      float e[kV];
+      get(j, e);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) sum += f(e[k]);
+    }
+    return sum;
   }
   // Makes the compiler treat the held words as changed here, so that a second pass converts
   // them again (one instruction each) instead of keeping the first pass's floats alive: the
@@ -211,6 +226,123 @@ void norm_grad_finish(const ColumnDst<kOut>& dst, const NormGradPlan& plan, int6
                                dim3(kWarpSize, kColRows), 0, stream_of(s)>>>(
       dst, static_cast<const float*>(plan.partial.data()), static_cast<int>(plan.blocks), C);
   ZT_CUDA_CHECK_LAUNCH();
+}
+
+// The backward of rows held in registers, for a normalisation Op (layernorm.cu's LnRowsOp,
+// rmsnorm.cu's RmsRowsOp), a group of kSplit warps per row at a time over the grid of a
+// NormGradPlan. The Op gives, for a row's statistics `st = op.row(row)`:
+//   kSums row sums: add_sums(sums, g, x, w, st) adds one element's terms;
+//   din = op.din(g, x, w, st, means) + the residual gradient, means = sums / C;
+//   kOut parameter gradients' terms: grad_terms(t, g, x, st) (t[o] for gradient o).
+// With `partial`, each warp adds the gradients' terms into its shared-memory slices and the block
+// writes partial[o][block][c]; norm_grad_finish adds them onto the gradients.
+template <typename T, int kN, int kSplit, typename Op>
+__global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
+    norm_backward_rows_kernel(T* din, const T* dout, const T* in, const T* weight,
+                              const T* dresidual, int64_t rows, int C, float* partial, Op op) {
+  using R = RowRegs<T, kN, kSplit>;
+  constexpr int kV = R::kV;
+  constexpr int kGroups = kNormWarps / kSplit;
+  constexpr int kSums = Op::kSums, kOut = Op::kOut;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int group = warp / kSplit, h = warp % kSplit;
+  const int64_t P = R::slice_floats(C);
+  float* acc = partial != nullptr ? warp_grad_slice<R, kOut>(smem, warp, lane, C) : nullptr;
+  float* xch = smem + (partial != nullptr ? kNormWarps * kOut * P : 0);
+  int parity = 0;
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(kGroups) + group; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kGroups) {
+    R g, x, dr;
+    g.load(dout + row * C, h, lane, C);
+    x.load(in + row * C, h, lane, C);
+    if (dresidual != nullptr) dr.load(dresidual + row * C, h, lane, C);  // all loads up front
+    const typename Op::Row st = op.row(row);
+    float sums[kSums];
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) sums[i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int c = R::col(j, h, lane);
+      if (c >= C) continue;
+      float gv[kV], xv[kV], wv[kV];
+      g.get(j, gv);
+      x.get(j, xv);
+      load_f32<T, kV>(wv, weight + c);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) op.add_sums(sums, gv[k], xv[k], wv[k], st);
+    }
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) sums[i] = warp_sum(sums[i]);
+    group_sum<kSplit, kSums>(sums, xch, group, h, lane, parity);
+    g.launder();
+    x.launder();
+    dr.launder();
+    float means[kSums];
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) means[i] = sums[i] / static_cast<float>(C);
+    T* d = din + row * C;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int c = R::col(j, h, lane);
+      if (c >= C) continue;
+      float gv[kV], xv[kV], wv[kV], rv[kV];
+      g.get(j, gv);
+      x.get(j, xv);
+      load_f32<T, kV>(wv, weight + c);
+      if (dresidual != nullptr) {
+        dr.get(j, rv);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
+      }
+      if (acc != nullptr) {
+        float t[kOut][kV];
+#pragma unroll
+        for (int k = 0; k < kV; ++k) {
+          float tk[kOut];
+          op.grad_terms(tk, gv[k], xv[k], st);
+#pragma unroll
+          for (int o = 0; o < kOut; ++o) t[o][k] = tk[o];
+        }
+#pragma unroll
+        for (int o = 0; o < kOut; ++o) R::add_to_slice(acc + o * P, j, lane, t[o]);
+      }
+#pragma unroll
+      for (int k = 0; k < kV; ++k) gv[k] = op.din(gv[k], xv[k], wv[k], st, means) + rv[k];
+      store_from_f32<T, kV>(d + c, gv);
+    }
+  }
+  if (partial != nullptr) block_grad_partials<R, kSplit, kOut>(partial, smem, C);
+}
+
+// Runs the backward rows kernel for C columns (one to four warps a row, by_row_split) and, when
+// any gradient of `dst` is wanted, norm_grad_finish. False, having launched nothing, when C needs
+// more than 16 chunks a lane or the shared-memory slices do not fit: the caller takes the loops.
+template <typename T, typename Op>
+bool norm_backward_rows(T* din, const T* dout, const T* in, const T* weight, const T* dresidual,
+                        int64_t rows, int C, const Op& op, const ColumnDst<Op::kOut>& dst,
+                        Device device, const Stream& s) {
+  bool with_grads = false;
+  for (const float* p : dst.p) with_grads = with_grads || p != nullptr;
+  bool done = false;
+  by_row_split<T>(C, [&]<int kN, int kSplit>() {
+    using R = RowRegs<T, kN, kSplit>;
+    const NormGradPlan plan = norm_grad_plan(rows, C, R::slice_floats(C), kSplit, Op::kOut,
+                                             Op::kSums, with_grads, device, s);
+    if (plan.blocks == 0) return;
+    const auto kernel = norm_backward_rows_kernel<T, kN, kSplit, Op>;
+    if (plan.smem > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel));
+    float* partial = plan.partial.defined() ? static_cast<float*>(plan.partial.data()) : nullptr;
+    kernel<<<plan.blocks, kNormWarps * kWarpSize, plan.smem, stream_of(s)>>>(
+        din, dout, in, weight, dresidual, rows, C, partial, op);
+    ZT_CUDA_CHECK_LAUNCH();
+    if (partial != nullptr) norm_grad_finish<Op::kOut>(dst, plan, C, s);
+    done = true;
+  });
+  return done;
 }
 
 }  // namespace zt::kernels::cuda

@@ -105,15 +105,7 @@ __global__ void __launch_bounds__(kThreads)
   if (row >= rows) return;  // whole warps leave together
   R x;
   x.load(in + row * C, 0, lane, C);
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kN; ++j) {
-    if (R::col(j, 0, lane) >= C) continue;
-    float v[kV];
-    x.get(j, v);
-#pragma unroll
-    for (int k = 0; k < kV; ++k) sum_sq += v[k] * v[k];
-  }
+  const float sum_sq = x.lane_sum(0, lane, C, [](float v) { return v * v; });
   const float r = rsqrtf(warp_sum(sum_sq) / static_cast<float>(C) + eps);
   T* o = out + row * C;
 #pragma unroll
@@ -130,80 +122,27 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) rstd[row] = r;
 }
 
-// The backward of rows held in registers, a group of kSplit warps per row at a time
-// (norm_rows.cuh) over the grid of a NormGradPlan; din as rmsnorm_backward_kernel (its row sum in
-// another order when kSplit > 1). With `partial`, each warp adds dout * x * rstd into its
-// shared-memory slice and the block writes partial[0][block][c].
-template <typename T, int kN, int kSplit>
-__global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
-    rmsnorm_backward_rows_kernel(T* din, const T* dout, const T* in, const T* weight,
-                                 const float* rstd, const T* dresidual, int64_t rows, int C,
-                                 float* partial) {
-  using R = RowRegs<T, kN, kSplit>;
-  constexpr int kV = R::kV;
-  constexpr int kGroups = kNormWarps / kSplit;
-  extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int group = warp / kSplit, h = warp % kSplit;
-  const int64_t P = R::slice_floats(C);
-  float* acc = partial != nullptr ? warp_grad_slice<R, 1>(smem, warp, lane, C) : nullptr;
-  float* xch = smem + (partial != nullptr ? kNormWarps * P : 0);
-  int parity = 0;
-  for (int64_t row = blockIdx.x * static_cast<int64_t>(kGroups) + group; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kGroups) {
-    R g, x, dr;
-    g.load(dout + row * C, h, lane, C);
-    x.load(in + row * C, h, lane, C);
-    if (dresidual != nullptr) dr.load(dresidual + row * C, h, lane, C);  // all loads up front
-    const float r = rstd[row];
-    float sums[1] = {0.0f};  // dnorm * norm
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const int c = R::col(j, h, lane);
-      if (c >= C) continue;
-      float gv[kV], xv[kV], wv[kV];
-      g.get(j, gv);
-      x.get(j, xv);
-      load_f32<T, kV>(wv, weight + c);
-#pragma unroll
-      for (int k = 0; k < kV; ++k) sums[0] += wv[k] * gv[k] * xv[k] * r;
-    }
-    sums[0] = warp_sum(sums[0]);
-    group_sum<kSplit, 1>(sums, xch, group, h, lane, parity);
-    g.launder();
-    x.launder();
-    dr.launder();
-    const float mean_dnorm_norm = sums[0] / static_cast<float>(C);
-    T* d = din + row * C;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const int c = R::col(j, h, lane);
-      if (c >= C) continue;
-      float gv[kV], xv[kV], wv[kV], rv[kV], dw[kV];
-      g.get(j, gv);
-      x.get(j, xv);
-      load_f32<T, kV>(wv, weight + c);
-      if (dresidual != nullptr) {
-        dr.get(j, rv);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kV; ++k) rv[k] = 0.0f;
-      }
-      if (acc != nullptr) {
-#pragma unroll
-        for (int k = 0; k < kV; ++k) dw[k] = gv[k] * (xv[k] * r);
-        R::add_to_slice(acc, j, lane, dw);
-      }
-#pragma unroll
-      for (int k = 0; k < kV; ++k)
-        gv[k] = (wv[k] * gv[k] - xv[k] * r * mean_dnorm_norm) * r + rv[k];
-      store_from_f32<T, kV>(d + c, gv);
-    }
+// RMSNorm's terms for norm_backward_rows_kernel (norm_rows.cuh), the same arithmetic as
+// rmsnorm_backward_kernel: the row sum dnorm * norm (dnorm = weight dout, norm = x rstd);
+// din = rstd (dnorm - norm mean(dnorm norm)); dweight += dout * norm.
+struct RmsRowsOp {
+  static constexpr int kSums = 1;
+  static constexpr int kOut = 1;
+  struct Row {
+    float r;
+  };
+  const float* rstd;
+  __device__ Row row(int64_t i) const { return {rstd[i]}; }
+  __device__ void add_sums(float (&sums)[1], float g, float x, float w, const Row& st) const {
+    sums[0] += w * g * x * st.r;
   }
-  if (partial != nullptr) block_grad_partials<R, kSplit, 1>(partial, smem, C);
-}
+  __device__ float din(float g, float x, float w, const Row& st, const float (&means)[1]) const {
+    return (w * g - x * st.r * means[0]) * st.r;
+  }
+  __device__ void grad_terms(float (&t)[1], float g, float x, const Row& st) const {
+    t[0] = g * (x * st.r);
+  }
+};
 
 // dweight's term for column_reduce (cuda/column_reduce.cuh: deterministic, no atomics):
 // dout * x * rstd.
@@ -306,33 +245,16 @@ void rmsnorm_backward(Tensor& din, Tensor& dweight, const Tensor& dout, const Te
     constexpr int kV = kVec<T>;
     const bool vec = sh.C % kV == 0 && vec16_aligned(ptr<T>(din), ptr<const T>(dout),
                                                      ptr<const T>(in), ptr<const T>(weight), dres);
+    const ColumnDst<1> dst{{with_dweight ? ptr<float>(dweight) : nullptr}};
     // The rows path: the kernel, then (with dweight) the blocks' sums.
-    auto launch_rows = [&]<int N, int kSplit>() {
-      using R = RowRegs<T, N, kSplit>;
-      const NormGradPlan plan = norm_grad_plan(sh.rows, sh.C, R::slice_floats(sh.C), kSplit, 1, 1,
-                                               with_dweight, in.device(), s);
-      if (plan.blocks == 0) return false;
-      const auto kernel = rmsnorm_backward_rows_kernel<T, N, kSplit>;
-      if (plan.smem > 0) allow_dynamic_smem(reinterpret_cast<const void*>(kernel));
-      kernel<<<plan.blocks, kNormWarps * kWarpSize, plan.smem, stream_of(s)>>>(
-          ptr<T>(din), ptr<const T>(dout), ptr<const T>(in), ptr<const T>(weight),
-          ptr<const float>(rstd), dres, sh.rows, sh.C,
-          plan.partial.defined() ? static_cast<float*>(plan.partial.data()) : nullptr);
-      ZT_CUDA_CHECK_LAUNCH();
-      if (plan.partial.defined()) {
-        norm_grad_finish<1>(ColumnDst<1>{{ptr<float>(dweight)}}, plan, sh.C, s);
-      }
-      return true;
-    };
-    bool done = false;
-    if (vec && norm_rows_path()) {
-      by_row_split<T>(
-          sh.C, [&]<int N, int kSplit>() { done = launch_rows.template operator()<N, kSplit>(); });
+    if (vec && norm_rows_path() &&
+        norm_backward_rows<T>(ptr<T>(din), ptr<const T>(dout), ptr<const T>(in),
+                              ptr<const T>(weight), dres, sh.rows, sh.C,
+                              RmsRowsOp{ptr<const float>(rstd)}, dst, in.device(), s)) {
+      return;
     }
-    if (done) return;
     // dweight first: din may overwrite dout.
     if (with_dweight) {
-      const ColumnDst<1> dst{{ptr<float>(dweight)}};
       if (vec) {
         column_reduce<kV, 1>(dst, sh.rows, sh.C,
                              RmsDweightTerm<T, kV>{ptr<const T>(dout), ptr<const T>(in),
