@@ -19,15 +19,23 @@ struct SmemLimits {
   size_t per_sm = 0;
 };
 
+// The current device's limits (asked once per device, as sm_count).
 SmemLimits smem_limits() {
   int device = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&device));
+  constexpr int kMaxDevices = 64;
+  static std::mutex mu;
+  static SmemLimits known[kMaxDevices];
+  std::lock_guard<std::mutex> lock(mu);
+  if (device < kMaxDevices && known[device].per_block > 0) return known[device];
   int per_block = 0, per_sm = 0;
   ZT_CUDA_CHECK(
       cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   ZT_CUDA_CHECK(
       cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  return {static_cast<size_t>(per_block), static_cast<size_t>(per_sm)};
+  const SmemLimits lim{static_cast<size_t>(per_block), static_cast<size_t>(per_sm)};
+  if (device < kMaxDevices) known[device] = lim;
+  return lim;
 }
 
 }  // namespace
