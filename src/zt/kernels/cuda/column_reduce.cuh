@@ -94,6 +94,18 @@ __global__ void __launch_bounds__(kWarpSize* kColRows)
   }
 }
 
+// dst[o][c] += the sum over `splits` of partial[o][split][c] (kOut x splits x C f32), in a fixed
+// order: column_finish_kernel, also for other kernels that leave per-split column sums
+// (norm_rows.cuh's backward).
+template <int kOut>
+void column_finish(const ColumnDst<kOut>& dst, const float* partial, int64_t splits, int64_t C,
+                   const Stream& s) {
+  column_finish_kernel<kOut>
+      <<<static_cast<unsigned>(ceil_div(C, kWarpSize)), dim3(kWarpSize, kColRows), 0,
+         stream_of(s)>>>(dst, partial, static_cast<int>(splits), C);
+  ZT_CUDA_CHECK_LAUNCH();
+}
+
 // dst[o][c] += sum_r term_o(r, c) over `rows` rows and C columns (kV columns per thread: C must
 // be a multiple of kV and the term's loads aligned for them). `device` and `stream` as the
 // caller's op; the partial sums live in a temporary f32 tensor of kOut x splits x C.
@@ -111,10 +123,7 @@ void column_reduce(ColumnDst<kOut> dst, int64_t rows, int64_t C, const F& term, 
   column_partial_kernel<kV, kOut, F><<<grid, block, 0, stream_of(s)>>>(
       static_cast<float*>(partial.data()), rows, rows_per_split, C, term);
   ZT_CUDA_CHECK_LAUNCH();
-  column_finish_kernel<kOut>
-      <<<static_cast<unsigned>(ceil_div(C, kWarpSize)), block, 0, stream_of(s)>>>(
-          dst, static_cast<const float*>(partial.data()), static_cast<int>(splits), C);
-  ZT_CUDA_CHECK_LAUNCH();
+  column_finish<kOut>(dst, static_cast<const float*>(partial.data()), splits, C, s);
 }
 
 }  // namespace zt::kernels::cuda

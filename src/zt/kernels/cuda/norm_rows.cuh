@@ -15,11 +15,11 @@
 //    barrier of the group's warps (group_sum).
 // Wider rows take the loop kernels.
 //
-// Fused parameter gradients (norm_grad_plan, warp_grad_slice, block_grad_partials,
-// norm_grad_finish): each warp adds its rows' terms into its own slice of shared memory (kOut x
+// Fused parameter gradients (norm_grad_plan, warp_grad_slice, block_grad_partials, then
+// column_finish): each warp adds its rows' terms into its own slice of shared memory (kOut x
 // its columns, floats; a lane touches only its own columns, so no atomics and no barrier until
 // the end), the block adds the slices of its groups in order into partial[o][block][c], and
-// column_finish_kernel (column_reduce.cuh) adds the blocks onto the gradient in order. Rows go to
+// column_finish (column_reduce.cuh) adds the blocks onto the gradient in order. Rows go to
 // groups in a fixed pattern for a given grid, so the sums are the same bits on every run on the
 // same GPU.
 #pragma once
@@ -218,16 +218,6 @@ __device__ __forceinline__ void block_grad_partials(float* partial, const float*
   }
 }
 
-// Adds the blocks' partial sums onto the gradients (null ones skipped), in a fixed order.
-template <int kOut>
-void norm_grad_finish(const ColumnDst<kOut>& dst, const NormGradPlan& plan, int64_t C,
-                      const Stream& s) {
-  column_finish_kernel<kOut><<<static_cast<unsigned>(ceil_div(C, kWarpSize)),
-                               dim3(kWarpSize, kColRows), 0, stream_of(s)>>>(
-      dst, static_cast<const float*>(plan.partial.data()), static_cast<int>(plan.blocks), C);
-  ZT_CUDA_CHECK_LAUNCH();
-}
-
 // The backward of rows held in registers, for a normalisation Op (layernorm.cu's LnRowsOp,
 // rmsnorm.cu's RmsRowsOp), a group of kSplit warps per row at a time over the grid of a
 // NormGradPlan. The Op gives, for a row's statistics `st = op.row(row)`:
@@ -235,7 +225,7 @@ void norm_grad_finish(const ColumnDst<kOut>& dst, const NormGradPlan& plan, int6
 //   din = op.din(g, x, w, st, means) + the residual gradient, means = sums / C;
 //   kOut parameter gradients' terms: grad_terms(t, g, x, st) (t[o] for gradient o).
 // With `partial`, each warp adds the gradients' terms into its shared-memory slices and the block
-// writes partial[o][block][c]; norm_grad_finish adds them onto the gradients.
+// writes partial[o][block][c]; column_finish adds them onto the gradients.
 template <typename T, int kN, int kSplit, typename Op>
 __global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
     norm_backward_rows_kernel(T* din, const T* dout, const T* in, const T* weight,
@@ -319,7 +309,7 @@ __global__ void __launch_bounds__(kNormWarps* kWarpSize, 2)
 }
 
 // Runs the backward rows kernel for C columns (one to four warps a row, by_row_split) and, when
-// any gradient of `dst` is wanted, norm_grad_finish. False, having launched nothing, when C needs
+// any gradient of `dst` is wanted, column_finish. False, having launched nothing, when C needs
 // more than 16 chunks a lane or the shared-memory slices do not fit: the caller takes the loops.
 template <typename T, typename Op>
 bool norm_backward_rows(T* din, const T* dout, const T* in, const T* weight, const T* dresidual,
@@ -339,7 +329,7 @@ bool norm_backward_rows(T* din, const T* dout, const T* in, const T* weight, con
     kernel<<<plan.blocks, kNormWarps * kWarpSize, plan.smem, stream_of(s)>>>(
         din, dout, in, weight, dresidual, rows, C, partial, op);
     ZT_CUDA_CHECK_LAUNCH();
-    if (partial != nullptr) norm_grad_finish<Op::kOut>(dst, plan, C, s);
+    if (partial != nullptr) column_finish<Op::kOut>(dst, partial, plan.blocks, C, s);
     done = true;
   });
   return done;
