@@ -37,7 +37,7 @@ zero::ZeroOptions estimate_zero_options(const DeepSpeedConfig& config, EstimateD
 
 namespace {
 
-int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t T, int64_t HS);
+int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t KV, int64_t T, int64_t HS);
 
 using estimate_detail::Kind;
 using estimate_detail::Timeline;
@@ -112,10 +112,12 @@ class Walk {
   // Attention::forward; `kept` gets atty_ and either qkv_full_ + lse_ or qkvr_ + att_.
   int attention_forward(nn::Linear& qkv_l, nn::Linear& out_l, std::vector<int>& kept) {
     const int64_t att_elems = s_.B * s_.NH * s_.T * s_.T;
-    const Kind qkv_kind = s_.flash && !s_.expanded ? Kind::kActivation : Kind::kTemporary;
-    int qkv = linear_forward({s_.C, s_.QKV, &qkv_l.adapters()}, qkv_kind);
-    if (s_.expanded) {  // qkv_expand_forward into the multi-head layout
-      int full = m_.alloc(s_.N * 3 * s_.A * s_.d, s_.flash ? Kind::kActivation : Kind::kTemporary);
+    // The fused kernels keep the projection's output (rotated in place: rotary_qk_forward); the
+    // unfused ones read an expanded copy (qkv_expand_forward).
+    int qkv = linear_forward({s_.C, s_.QKV, &qkv_l.adapters()},
+                             s_.flash ? Kind::kActivation : Kind::kTemporary);
+    if (s_.expanded && !s_.flash) {
+      int full = m_.alloc(s_.N * 3 * s_.A * s_.d, Kind::kTemporary);
       m_.release(qkv);
       qkv = full;
     }
@@ -140,9 +142,9 @@ class Walk {
     const int64_t att_elems = s_.B * s_.NH * s_.T * s_.T;
     int datty = m_.alloc(s_.N * s_.A * s_.d, Kind::kTemporary);
     linear_backward({s_.A, s_.C, &out_l.adapters()});
-    int dqkv = m_.alloc(s_.N * 3 * s_.A * s_.d, Kind::kTemporary);
+    int dqkv = m_.alloc(s_.N * (s_.flash ? s_.QKV : 3 * s_.A) * s_.d, Kind::kTemporary);
     if (s_.flash) {
-      m_.touch(flash_backward_scratch(s_.B, s_.NH, s_.T, s_.A / s_.NH));
+      m_.touch(flash_backward_scratch(s_.B, s_.NH, s_.KV, s_.T, s_.A / s_.NH));
     } else if (s_.cuda) {
       std::vector<int> t = {m_.alloc(s_.N * s_.A * s_.d, Kind::kTemporary),      // dyr
                             m_.alloc(3 * s_.N * s_.A * s_.d, Kind::kTemporary),  // dqkvr
@@ -150,7 +152,7 @@ class Walk {
       if (s_.d != 4) t.push_back(m_.alloc(att_elems * s_.d, Kind::kTemporary));  // dpre
       m_.release_all(t);
     }
-    if (s_.expanded) {
+    if (s_.expanded && !s_.flash) {
       int draw = m_.alloc(s_.N * s_.QKV * s_.d, Kind::kTemporary);
       m_.release(dqkv);
       dqkv = draw;
@@ -373,18 +375,22 @@ class Walk {
 // workspace (2 bytes per score, its rows padded to 64 and columns to 128 as cuDNN 9.19 sizes it,
 // used while within ZT_ATTENTION_WORKSPACE_MB) or, for the atomic one, the f32 dQ accumulator.
 // cuDNN runs where it is installed here (where `zt estimate` runs is where it answers for).
-int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t T, int64_t HS) {
+// Grouped-query heads (KV < NH) on the own kernels: the expanded q/k/v and its gradient
+// (gqa_attention_backward's fallback, two B T 3 NH HS 16-bit tensors); cuDNN reads the kv heads
+// in place and keeps its per-head gradients virtual.
+int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t KV, int64_t T, int64_t HS) {
   const int64_t rows = B * NH * T * 4;
+  const int64_t expanded = KV != NH ? 2 * B * T * 3 * NH * HS * 2 : 0;
   if (!kernels::cudnn_available() ||
       kernels::attention_backend() == kernels::AttentionBackend::kOwn) {
-    return rows;
+    return rows + expanded;
   }
   if (!kernels::attention_deterministic()) return rows + B * NH * T * HS * 4;
   auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
   const int64_t ws = B * NH * up(T, 64) * up(T, 128) * 2 + 256;
   if (ws > kernels::attention_workspace_limit() &&
       kernels::attention_backend() == kernels::AttentionBackend::kAuto) {
-    return rows;  // the own kernels run it
+    return rows + expanded;  // the own kernels run it
   }
   return rows + ws;
 }

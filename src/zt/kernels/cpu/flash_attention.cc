@@ -6,12 +6,14 @@
 // D_t = dout_t . out_t (= sum_u p_u dout_t . v_u), ds_u = p_u (dout_t . v_u - D_t):
 // dq_t = scale sum_u ds_u k_u, dk_u += scale ds_u q_t, dv_u += p_u dout_t. Accumulates in double so
 // it serves as the specification of the CUDA kernels; each (b, h) is independent (OpenMP).
+// gqa_attention_* (grouped-query heads read in place on the GPU) are the expansion and these.
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "zt/kernels/cpu/cpu_ops.h"
+#include "zt/kernels/qkv_layout.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -155,6 +157,31 @@ void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
     backward_impl(dqkv.data<double>(), dout.data<double>(), qkv.data<double>(), out.data<double>(),
                   lse.data<float>(), d);
   }
+}
+
+// Grouped-query attention as its contract states it: the expansion (no rotary), the fused
+// attention, and for the backward the expansion's transpose, which sums each kv head's group.
+void gqa_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int num_heads,
+                           int num_kv_heads, AttnKind kind, const Stream& s) {
+  const QkvDims d =
+      qkv_dims(qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, "gqa_attention_forward");
+  Tensor full = Tensor::empty({d.B, d.T, 3 * d.NH * d.HS}, qkv.dtype());
+  cpu::qkv_expand_forward(full, qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, s);
+  cpu::flash_attention_forward(out, lse, full, num_heads, kind, s);
+}
+
+void gqa_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                            const Tensor& lse, int num_heads, int num_kv_heads, AttnKind kind,
+                            const Stream& s) {
+  const QkvDims d =
+      qkv_dims(qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, "gqa_attention_backward");
+  ZT_ASSERT(dqkv.shape() == qkv.shape(), "gqa_attention_backward: dqkv {} is not qkv's shape {}",
+            dqkv.shape().str(), qkv.shape().str());
+  Tensor full = Tensor::empty({d.B, d.T, 3 * d.NH * d.HS}, qkv.dtype());
+  cpu::qkv_expand_forward(full, qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, s);
+  Tensor dfull = Tensor::empty(full.shape(), qkv.dtype());
+  cpu::flash_attention_backward(dfull, dout, full, out, lse, num_heads, kind, s);
+  cpu::qkv_expand_backward(dqkv, dfull, num_heads, num_kv_heads, nullptr, nullptr, 0, s);
 }
 
 }  // namespace zt::kernels::cpu

@@ -1,9 +1,9 @@
-// CPU reference of the rotary + grouped-query expansion of a fused q/k/v projection (contract in
-// kernels/op_table.inc): Llama's and Qwen2's (B,T,(NH+2KV)*HS) projection becomes the
-// (B,T,3*NH*HS) [q | k | v] layout that attention_forward and flash_attention_forward read, q and
-// k rotated, each kv head repeated for the NH/KV query heads that share it. The backward is the
-// exact transpose. Assumes contiguous CPU tensors in the compute dtype, f32 or f64; the rotary
-// tables are f32.
+// CPU reference of the rotary + grouped-query expansion of a fused q/k/v projection, and of the
+// in-place rotary of its q and k (rotary_qk_*) (contracts in kernels/op_table.inc): Llama's and
+// Qwen2's (B,T,(NH+2KV)*HS) projection becomes the (B,T,3*NH*HS) [q | k | v] layout that
+// attention_forward and flash_attention_forward read, q and k rotated, each kv head repeated for
+// the NH/KV query heads that share it. The backward is the exact transpose. Assumes contiguous CPU
+// tensors in the compute dtype, f32 or f64; the rotary tables are f32.
 #include <cstdint>
 
 #include "zt/kernels/cpu/cpu_ops.h"
@@ -86,6 +86,22 @@ void qkv_expand_backward_impl(T* din, const T* dout, const Tensor* cos, const Te
   }
 }
 
+// q's NH heads and k's KV heads of every token rotated in place (the forward rotation, or its
+// inverse for the gradients); v untouched.
+template <typename T>
+void rotary_qk_impl(T* x, const Tensor& cos, const Tensor& sin, int64_t pos_offset,
+                    const QkvDims& d, Rotation rotation) {
+  const int64_t BT = d.B * d.T;
+#pragma omp parallel for if (parallel : BT * (d.NH + d.KV) * d.HS >= kParallelMinWork)
+  for (int64_t bt = 0; bt < BT; ++bt) {
+    const RotaryRows rot = rotary_rows(&cos, &sin, pos_offset + bt % d.T, d.HS);
+    T* row = x + bt * d.fused_width();
+    for (int64_t h = 0; h < d.NH + d.KV; ++h) {
+      rotary_apply(row + h * d.HS, row + h * d.HS, rot.cos, rot.sin, d.HS, rotation);
+    }
+  }
+}
+
 void check_cpu(const Tensor& a, const Tensor& b, const Tensor* cos, const char* op) {
   ZT_ASSERT(a.device().is_cpu() && b.device().is_cpu() && (!cos || cos->device().is_cpu()),
             "{} (cpu): all tensors must be on the CPU", op);
@@ -131,6 +147,35 @@ void qkv_expand_backward(Tensor& din, const Tensor& dout, int num_heads, int num
   } else {
     qkv_expand_backward_impl(din.data<double>(), dout.data<double>(), cos, sin, pos_offset, d);
   }
+}
+
+namespace {
+
+void rotary_qk(Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& cos, const Tensor& sin,
+               int64_t pos_offset, Rotation rotation, const char* op) {
+  check_cpu(qkv, qkv, &cos, op);
+  const QkvDims d = qkv_dims(qkv, num_heads, num_kv_heads, &cos, &sin, pos_offset, op);
+  ZT_ASSERT(qkv.dtype() == DType::f32 || qkv.dtype() == DType::f64,
+            "{}: CPU compute dtype must be f32 or f64, got {}", op, dtype_name(qkv.dtype()));
+  if (qkv.dtype() == DType::f32) {
+    rotary_qk_impl(qkv.data<float>(), cos, sin, pos_offset, d, rotation);
+  } else {
+    rotary_qk_impl(qkv.data<double>(), cos, sin, pos_offset, d, rotation);
+  }
+}
+
+}  // namespace
+
+void rotary_qk_forward(Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& cos,
+                       const Tensor& sin, int64_t pos_offset, const Stream& /*s*/) {
+  rotary_qk(qkv, num_heads, num_kv_heads, cos, sin, pos_offset, Rotation::kForward,
+            "rotary_qk_forward");
+}
+
+void rotary_qk_backward(Tensor& dqkv, int num_heads, int num_kv_heads, const Tensor& cos,
+                        const Tensor& sin, int64_t pos_offset, const Stream& /*s*/) {
+  rotary_qk(dqkv, num_heads, num_kv_heads, cos, sin, pos_offset, Rotation::kInverse,
+            "rotary_qk_backward");
 }
 
 }  // namespace zt::kernels::cpu

@@ -6,7 +6,10 @@
 // follow either forward), and P V. The backward is the "dP workspace" form, in which dQ is written
 // by one matmul rather than accumulated with atomics: cuDNN's deterministic algorithm, and engines
 // whose numerical notes say "nondeterministic" are skipped. Q, K, V, O and their gradients are read
-// and written in place in ZeroTrain's packed layouts (qkv (B,T,3C), out (B,T,C)) through strides.
+// and written in place in ZeroTrain's packed layouts (qkv (B,T,(NH+2KV)HS), out (B,T,C)) through
+// strides. With grouped-query heads (KV < NH) the forward reads the KV heads directly (each query
+// head's matmul with its group's k and v), and the backward forms dK and dV per query head
+// (virtual) and sums each group with a reduction, as cuDNN's frontend builds it.
 //
 // Plans are built once per shape (cuDNN may compile its kernel at run time: the first step pays
 // that) and cached per thread and device; a shape cuDNN declines is remembered, and the caller
@@ -33,8 +36,8 @@ namespace zt::kernels::cuda {
 namespace {
 
 using cudnn::Desc;
-using cudnn::Plan;
 using cudnn::execute;
+using cudnn::Plan;
 
 // Unique ids of the graph's real tensors (the variant pack's keys).
 enum Uid : int64_t {
@@ -172,14 +175,21 @@ class Graph {
 };
 
 struct Dims {
-  int64_t B, NH, T, HS;
+  int64_t B, NH, KV, T, HS;  // KV = NH: multi-head; KV < NH: grouped-query heads
   bool causal;
   int64_t C() const { return NH * HS; }
+  int64_t W() const { return (NH + 2 * KV) * HS; }  // a token's packed q/k/v values
+  bool gqa() const { return KV != NH; }
   const char* kind() const { return causal ? "causal" : "bidirectional"; }
-  // q, k or v of (B,T,3C) seen as (B, NH, T, HS).
-  Shape4 packed_bhsd() const { return {{B, NH, T, HS}, {T * 3 * C(), HS, 3 * C(), 1}}; }
-  // k or v of (B,T,3C) seen as (B, NH, HS, T): the transposed operand.
-  Shape4 packed_bhds() const { return {{B, NH, HS, T}, {T * 3 * C(), HS, 1, 3 * C()}}; }
+  // q of the packed (B,T,(NH+2KV)HS) seen as (B, NH, T, HS).
+  Shape4 q_bhsd() const { return {{B, NH, T, HS}, {T * W(), HS, W(), 1}}; }
+  // k or v seen as (B, KV, T, HS).
+  Shape4 kv_bhsd() const { return {{B, KV, T, HS}, {T * W(), HS, W(), 1}}; }
+  // k or v seen as (B, KV, HS, T): the transposed operand.
+  Shape4 kv_bhds() const { return {{B, KV, HS, T}, {T * W(), HS, 1, W()}}; }
+  // A gradient of k or v for every query head, (B, NH, T, HS) contiguous (virtual), that the
+  // grouped-query backward sums over each kv head's group.
+  Shape4 full_head() const { return {{B, NH, T, HS}, {NH * T * HS, T * HS, HS, 1}}; }
   // out (B,T,C) as (B, NH, T, HS).
   Shape4 out_bhsd() const { return {{B, NH, T, HS}, {T * C(), HS, C(), 1}}; }
   Shape4 scores() const { return {{B, NH, T, T}, {NH * T * T, T * T, T, 1}}; }
@@ -188,9 +198,9 @@ struct Dims {
 };
 
 void build_forward(Graph& g, const Dims& d) {
-  const Desc& q = g.real(kQ, d.packed_bhsd());
-  const Desc& kt = g.real(kK, d.packed_bhds());
-  const Desc& v = g.real(kV, d.packed_bhsd());
+  const Desc& q = g.real(kQ, d.q_bhsd());
+  const Desc& kt = g.real(kK, d.kv_bhds());
+  const Desc& v = g.real(kV, d.kv_bhsd());
   const Desc& o = g.real(kO, d.out_bhsd());
   const Desc& stats = g.real_f32(kStats, d.rows());
   const Desc& scale = g.scalar(kScale);
@@ -219,15 +229,20 @@ void build_forward(Graph& g, const Dims& d) {
 }
 
 void build_backward(Graph& g, const Dims& d, bool deterministic) {
-  const Desc& q = g.real(kQ, d.packed_bhsd());
-  const Desc& kt = g.real(kK, d.packed_bhds());
-  const Desc& vt = g.real(kV, d.packed_bhds());
+  const Desc& q = g.real(kQ, d.q_bhsd());
+  const Desc& kt = g.real(kK, d.kv_bhds());
+  const Desc& vt = g.real(kV, d.kv_bhds());
   const Desc& o = g.real(kO, d.out_bhsd());
   const Desc& stats = g.real_f32(kStats, d.rows());
   const Desc& dout = g.real(kDO, d.out_bhsd());
-  const Desc& dq = g.real(kDQ, d.packed_bhsd());
-  const Desc& dk = g.real(kDK, d.packed_bhsd());
-  const Desc& dv = g.real(kDV, d.packed_bhsd());
+  const Desc& dq = g.real(kDQ, d.q_bhsd());
+  const Desc& dk = g.real(kDK, d.kv_bhsd());
+  const Desc& dv = g.real(kDV, d.kv_bhsd());
+  // Grouped-query heads: dK and dV per query head, then summed over each kv head's group by a
+  // reduction. As cudnn-frontend builds it for dense layouts, the per-head tensors are virtual
+  // and of the I/O type (real f32 buffers here gave wrong dK/dV on cuDNN 9 / H100).
+  const Desc* dk_full = d.gqa() ? &g.virt(d.full_head(), g.io()) : nullptr;
+  const Desc* dv_full = d.gqa() ? &g.virt(d.full_head(), g.io()) : nullptr;
   const Desc& scale = g.scalar(kScale);
   const Desc& one = g.scalar(kOne);
   const Desc& softmax_sum = g.real_f32(kSoftmaxSum, d.rows());
@@ -253,7 +268,12 @@ void build_backward(Graph& g, const Dims& d, bool deterministic) {
   // dV = P^T dO
   const Desc& p_t = g.virt(d.scores_t(), g.io());
   g.reshape(p, p_t);
-  g.matmul(p_t, dout, dv);
+  if (dv_full != nullptr) {
+    g.matmul(p_t, dout, *dv_full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, *dv_full, dv);
+  } else {
+    g.matmul(p_t, dout, dv);
+  }
   // dS = P * (dO V^T - softmax_sum) * scale
   const Desc& dp = g.virt(ss);
   g.matmul(dout, vt, dp);
@@ -266,8 +286,13 @@ void build_backward(Graph& g, const Dims& d, bool deterministic) {
   // dK = dS^T Q
   const Desc& ds_t = g.virt(d.scores_t(), g.io());
   g.reshape(ds, ds_t);
-  g.matmul(ds_t, q, dk);
-  const Desc& k = g.virt(d.packed_bhsd(), g.io());
+  if (dk_full != nullptr) {
+    g.matmul(ds_t, q, *dk_full);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, *dk_full, dk);
+  } else {
+    g.matmul(ds_t, q, dk);
+  }
+  const Desc& k = g.virt(d.kv_bhsd(), g.io());
   g.reshape(kt, k);
   if (deterministic) {
     // dQ = dS K, written by the matmul itself over the stored dP (cuDNN's dP workspace)
@@ -299,35 +324,35 @@ std::unique_ptr<Plan> make_plan(Pass pass, const Dims& d, DType dt) {
   }
   const std::vector<const Desc*> ops = g.ops();
   return cudnn::make_plan(ops, g.take(), [&](const Desc& engine) -> const char* {
-    return pass == Pass::kBackward &&
-                   cudnn::has_note(engine, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
+    return pass == Pass::kBackward && cudnn::has_note(engine, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
                ? "only nondeterministic engines"
                : nullptr;
   });
 }
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, bool, int>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int>;
 
 // The plan for a shape on the current device, or nullptr when cuDNN cannot run it (said once).
 Plan* plan_for(Pass pass, const Dims& d, DType dt) {
   int dev = 0;
   ZT_CUDA_CHECK(cudaGetDevice(&dev));
   thread_local std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key{static_cast<int>(pass), static_cast<int>(dt), d.B, d.NH, d.T, d.HS, d.causal, dev};
+  const Key key{
+      static_cast<int>(pass), static_cast<int>(dt), d.B, d.NH, d.KV, d.T, d.HS, d.causal, dev};
   auto it = plans.find(key);
   if (it != plans.end()) return it->second.get();
   std::unique_ptr<Plan> p;
   try {
     p = make_plan(pass, d, dt);
     ZT_LOG_DEBUG(
-        "cuDNN attention {} ({}): B {} heads {} T {} head size {}: engine {}, "
+        "cuDNN attention {} ({}): B {} heads {} kv heads {} T {} head size {}: engine {}, "
         "workspace {} B",
-        pass_name(pass), d.kind(), d.B, d.NH, d.T, d.HS, p->engine, p->workspace);
+        pass_name(pass), d.kind(), d.B, d.NH, d.KV, d.T, d.HS, p->engine, p->workspace);
   } catch (const cudnn::Error& e) {
     ZT_LOG_INFO(
-        "cuDNN's fused attention cannot run the {} ({}) of B {} heads {} T {} head size {} ({}); "
-        "ZeroTrain's own attention kernels run it",
-        pass_name(pass), d.kind(), d.B, d.NH, d.T, d.HS, e.what());
+        "cuDNN's fused attention cannot run the {} ({}) of B {} heads {} kv heads {} T {} head "
+        "size {} ({}); ZeroTrain's own attention kernels run it",
+        pass_name(pass), d.kind(), d.B, d.NH, d.KV, d.T, d.HS, e.what());
   }
   Plan* raw = p.get();
   plans.emplace(key, std::move(p));
@@ -359,15 +384,15 @@ Plan* required(Plan* p, const char* what) {
   return p;
 }
 
-// q, k and v inside a packed (B,T,3C) tensor (qkv or dqkv), and the graph's scalars: the values
-// the variant pack points at while the call runs.
+// q, k and v inside a packed (B,T,(NH+2KV)HS) tensor (qkv or dqkv), and the graph's scalars: the
+// values the variant pack points at while the call runs.
 struct Operands {
   Operands(const Tensor& packed, const Dims& d) : causal(d.causal) {
     auto* base = static_cast<char*>(packed.data());
-    const int64_t c = d.C() * dtype_size(packed.dtype());
+    const int64_t head = d.HS * dtype_size(packed.dtype());
     q = base;
-    k = base + c;
-    v = base + 2 * c;
+    k = base + d.NH * head;
+    v = base + (d.NH + d.KV) * head;
     scale = 1.0f / std::sqrt(static_cast<float>(d.HS));
   }
   // -inf for the causal mask; none (left out of the variant pack) when bidirectional.
@@ -388,9 +413,9 @@ bool cudnn_loaded() {
 }
 
 bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t B, int64_t NH,
-                             int64_t T, int64_t HS, bool causal, const Stream& s) {
+                             int64_t KV, int64_t T, int64_t HS, bool causal, const Stream& s) {
   if (!try_cudnn()) return false;
-  const Dims d{B, NH, T, HS, causal};
+  const Dims d{B, NH, KV, T, HS, causal};
   Plan* p = required(plan_for(Pass::kForward, d, qkv.dtype()), "forward");
   if (p == nullptr) return false;
   Operands x(qkv, d);
@@ -408,9 +433,9 @@ bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_
 
 bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, int64_t B, int64_t NH,
-                              int64_t T, int64_t HS, bool causal, const Stream& s) {
+                              int64_t KV, int64_t T, int64_t HS, bool causal, const Stream& s) {
   if (!try_cudnn()) return false;
-  const Dims d{B, NH, T, HS, causal};
+  const Dims d{B, NH, KV, T, HS, causal};
   const bool deterministic = attention_deterministic();
   Plan* p =
       required(plan_for(deterministic ? Pass::kBackward : Pass::kBackwardAtomic, d, qkv.dtype()),

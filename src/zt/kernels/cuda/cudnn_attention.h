@@ -15,10 +15,11 @@ namespace zt::kernels::cuda {
 // Whether libcudnn_graph.so.9 (cuDNN 9) was found and loaded.
 bool cudnn_loaded();
 
+// qkv and dqkv (B,T,(NH+2KV)*HS) as gqa_attention_* (KV = NH: flash_attention_*'s (B,T,3C)).
 bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_t B, int64_t NH,
-                             int64_t T, int64_t HS, bool causal, const Stream& s);
+                             int64_t KV, int64_t T, int64_t HS, bool causal, const Stream& s);
 bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, int64_t B, int64_t NH,
-                              int64_t T, int64_t HS, bool causal, const Stream& s);
+                              int64_t KV, int64_t T, int64_t HS, bool causal, const Stream& s);
 
 }  // namespace zt::kernels::cuda

@@ -24,6 +24,7 @@
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 #include "zt/kernels/cuda/cudnn_attention.h"
+#include "zt/kernels/qkv_layout.h"
 
 namespace zt::kernels::cuda {
 namespace {
@@ -613,7 +614,7 @@ void flash_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int nu
   if (a.B * a.T == 0) return;
   DeviceGuard guard(qkv.device());
   const bool causal = kind == AttnKind::kCausal;
-  if (cudnn_attention_forward(out, lse, qkv, a.B, a.NH, a.T, a.HS, causal, s)) return;
+  if (cudnn_attention_forward(out, lse, qkv, a.B, a.NH, a.NH, a.T, a.HS, causal, s)) return;
   const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS)), causal};
   const dim3 grid(static_cast<unsigned>(a.B * a.NH),
                   static_cast<unsigned>(ceil_div(a.T, kBlockRows)));
@@ -648,7 +649,9 @@ void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
   DeviceGuard guard(qkv.device());
   check_aligned(out, op, "out");
   const bool causal = kind == AttnKind::kCausal;
-  if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, a.B, a.NH, a.T, a.HS, causal, s)) return;
+  if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, a.B, a.NH, a.NH, a.T, a.HS, causal, s)) {
+    return;
+  }
   const cudaStream_t stream = stream_of(s);
   const FlashParams p{a.T, a.C, a.NH, 1.0f / std::sqrt(static_cast<float>(a.HS)), causal};
   Tensor dvec = Tensor::empty({a.B, a.NH, a.T}, DType::f32, qkv.device(), s);
@@ -678,6 +681,78 @@ void flash_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
                                              ptr<const float>(lse), ptr<const float>(dvec), p);
     ZT_CUDA_CHECK_LAUNCH();
   });
+}
+
+// Grouped-query heads: cuDNN reads the KV heads in place; where it does not run (not installed,
+// declined, ZT_ATTENTION_BACKEND=own), the heads are expanded into the multi-head layout for
+// flash_attention_* (and the gradients summed back). KV = NH is flash_attention_* itself.
+namespace {
+
+struct GqaShape {
+  QkvDims q;
+  int64_t HS;
+};
+
+GqaShape gqa_shape(const Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& out,
+                   const Tensor& lse, const char* op) {
+  check_cuda(qkv, op, "qkv");
+  const QkvDims q = qkv_dims(qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, op);
+  ZT_ASSERT(flash_attention_supported(qkv.device(), qkv.dtype(), q.HS),
+            "{}: {} with head size {} is not supported (see flash_attention_supported)", op,
+            dtype_name(qkv.dtype()), q.HS);
+  check_dtype(out, qkv.dtype(), op, "out");
+  check_numel(out, q.B * q.T * q.NH * q.HS, op, "out");
+  check_dtype(lse, DType::f32, op, "lse");
+  check_numel(lse, q.B * q.NH * q.T, op, "lse");
+  check_aligned(qkv, op, "qkv");
+  check_aligned(out, op, "out");
+  return {q, q.HS};
+}
+
+}  // namespace
+
+void gqa_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int num_heads,
+                           int num_kv_heads, AttnKind kind, const Stream& s) {
+  const char* op = "gqa_attention_forward";
+  const GqaShape g = gqa_shape(qkv, num_heads, num_kv_heads, out, lse, op);
+  if (g.q.KV == g.q.NH) return cuda::flash_attention_forward(out, lse, qkv, num_heads, kind, s);
+  if (g.q.B * g.q.T == 0) return;
+  DeviceGuard guard(qkv.device());
+  if (cudnn_attention_forward(out, lse, qkv, g.q.B, g.q.NH, g.q.KV, g.q.T, g.HS,
+                              kind == AttnKind::kCausal, s)) {
+    return;
+  }
+  Tensor full = Tensor::empty({g.q.B, g.q.T, 3 * g.q.NH * g.HS}, qkv.dtype(), qkv.device(), s);
+  cuda::qkv_expand_forward(full, qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, s);
+  cuda::flash_attention_forward(out, lse, full, num_heads, kind, s);
+}
+
+void gqa_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                            const Tensor& lse, int num_heads, int num_kv_heads, AttnKind kind,
+                            const Stream& s) {
+  const char* op = "gqa_attention_backward";
+  const GqaShape g = gqa_shape(qkv, num_heads, num_kv_heads, out, lse, op);
+  check_dtype(dqkv, qkv.dtype(), op, "dqkv");
+  check_numel(dqkv, qkv.numel(), op, "dqkv");
+  check_dtype(dout, qkv.dtype(), op, "dout");
+  check_numel(dout, out.numel(), op, "dout");
+  check_aligned(dqkv, op, "dqkv");
+  check_aligned(dout, op, "dout");
+  if (g.q.KV == g.q.NH) {
+    return cuda::flash_attention_backward(dqkv, dout, qkv, out, lse, num_heads, kind, s);
+  }
+  if (g.q.B * g.q.T == 0) return;
+  DeviceGuard guard(qkv.device());
+  if (cudnn_attention_backward(dqkv, dout, qkv, out, lse, g.q.B, g.q.NH, g.q.KV, g.q.T, g.HS,
+                               kind == AttnKind::kCausal, s)) {
+    return;
+  }
+  const Shape full_shape{g.q.B, g.q.T, 3 * g.q.NH * g.HS};
+  Tensor full = Tensor::empty(full_shape, qkv.dtype(), qkv.device(), s);
+  cuda::qkv_expand_forward(full, qkv, num_heads, num_kv_heads, nullptr, nullptr, 0, s);
+  Tensor dfull = Tensor::empty(full_shape, qkv.dtype(), qkv.device(), s);
+  cuda::flash_attention_backward(dfull, dout, full, out, lse, num_heads, kind, s);
+  cuda::qkv_expand_backward(dqkv, dfull, num_heads, num_kv_heads, nullptr, nullptr, 0, s);
 }
 
 }  // namespace zt::kernels::cuda

@@ -1,5 +1,6 @@
-// CUDA rotary + grouped-query expansion of a fused q/k/v projection (contract in
-// kernels/op_table.inc), as the CPU reference kernels/cpu/qkv_expand.cc. One launch per op, a
+// CUDA rotary + grouped-query expansion of a fused q/k/v projection, and the in-place rotary of
+// its q and k (rotary_qk_*) (contracts in kernels/op_table.inc), as the CPU reference
+// kernels/cpu/qkv_expand.cc. One launch per op, a
 // grid-stride loop with one thread per output pair (i, i + HS/2) of a head when rotary is on (the
 // two values a rotation mixes), per output element when it is off. The backward gives each thread
 // one pair of din and sums the group's out-heads in f32 before rotating back, so din is written
@@ -199,8 +200,8 @@ __global__ void qkv_expand_forward_vec_kernel(T* out, const T* in, RotaryTables 
 // the group's out-heads in order and rotates back. (A block per row, threads over its heads, ran
 // at a third of the bandwidth.)
 template <typename T, int V>
-__global__ void qkv_expand_backward_vec_kernel(T* din, const T* dout, RotaryTables rt,
-                                               ExpandDims d, int64_t n) {
+__global__ void qkv_expand_backward_vec_kernel(T* din, const T* dout, RotaryTables rt, ExpandDims d,
+                                               int64_t n) {
   const int NH = static_cast<int>(d.NH), KV = static_cast<int>(d.KV);
   const int HS = static_cast<int>(d.HS), half = static_cast<int>(rt.half);
   const int group = NH / KV, per_head = static_cast<int>(d.lanes) / V;
@@ -245,6 +246,28 @@ __global__ void qkv_expand_backward_vec_kernel(T* din, const T* dout, RotaryTabl
     if (rotary && rotated) rotate_chunk<V>(x1, x2, rt, d.pos_offset + bt % d.T, i, -1.0f);
     store_from_f32<T, V>(dst + i, x1);
     if (rotary) store_from_f32<T, V>(dst + i + half, x2);
+  }
+}
+
+// rotary_qk_*: the q and k heads of (BT, (NH+2KV) HS) rotated in place by sign * angle, a thread
+// per V lanes of a pair (i, i + HS/2) of one head: the same products as the expansion's rotation,
+// so the same bits. n = BT * (NH + KV) * (HS/2) / V.
+template <typename T, int V>
+__global__ void rotary_qk_kernel(T* x, RotaryTables rt, int64_t T_, int qk_heads, int heads, int HS,
+                                 int64_t pos_offset, float sign, int64_t n) {
+  const int half = static_cast<int>(rt.half), per_head = half / V;
+  const int items = qk_heads * per_head;
+  ZT_GRID_STRIDE(idx, n) {
+    const int64_t bt = idx / items;
+    const int it = static_cast<int>(idx - bt * items);
+    const int i = (it % per_head) * V;
+    T* p = x + (bt * heads + it / per_head) * HS;
+    float x1[V], x2[V];
+    load_f32<T, V>(x1, p + i);
+    load_f32<T, V>(x2, p + i + half);
+    rotate_chunk<V>(x1, x2, rt, pos_offset + bt % T_, i, sign);
+    store_from_f32<T, V>(p + i, x1);
+    store_from_f32<T, V>(p + i + half, x2);
   }
 }
 
@@ -329,6 +352,51 @@ void qkv_expand_backward(Tensor& din, const Tensor& dout, int num_heads, int num
     }
     ZT_CUDA_CHECK_LAUNCH();
   });
+}
+
+namespace {
+
+void rotary_qk(Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& cos, const Tensor& sin,
+               int64_t pos_offset, float sign, const char* op, const Stream& s) {
+  check_cuda(qkv, op, "qkv");
+  const QkvDims q = qkv_dims(qkv, num_heads, num_kv_heads, &cos, &sin, pos_offset, op);
+  const int64_t rows = q.B * q.T;
+  if (rows == 0) return;
+  ZT_ASSERT(q.fused_width() < (int64_t{1} << 30), "{}: {} values a token are too many", op,
+            q.fused_width());
+  DeviceGuard guard(qkv.device());
+  dispatch_compute(qkv.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const RotaryTables rt = tables(&cos, &sin, q.HS);
+    const int qk = static_cast<int>(q.NH + q.KV);
+    const int heads = static_cast<int>(q.NH + 2 * q.KV);
+    const int HS = static_cast<int>(q.HS);
+    auto launch = [&]<int V>() {
+      const int64_t n = rows * qk * (rt.half / V);
+      rotary_qk_kernel<T, V>
+          <<<grid_for(n, kThreads, int64_t{1} << 30), kThreads, 0, stream_of(s)>>>(
+              ptr<T>(qkv), rt, q.T, qk, heads, HS, pos_offset, sign, n);
+    };
+    constexpr int V = kVec<T>;
+    if (rt.half % V == 0 && vec16_aligned(ptr<const T>(qkv), rt.cos, rt.sin)) {
+      launch.template operator()<V>();
+    } else {
+      launch.template operator()<1>();
+    }
+    ZT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void rotary_qk_forward(Tensor& qkv, int num_heads, int num_kv_heads, const Tensor& cos,
+                       const Tensor& sin, int64_t pos_offset, const Stream& s) {
+  rotary_qk(qkv, num_heads, num_kv_heads, cos, sin, pos_offset, 1.0f, "rotary_qk_forward", s);
+}
+
+void rotary_qk_backward(Tensor& dqkv, int num_heads, int num_kv_heads, const Tensor& cos,
+                        const Tensor& sin, int64_t pos_offset, const Stream& s) {
+  rotary_qk(dqkv, num_heads, num_kv_heads, cos, sin, pos_offset, -1.0f, "rotary_qk_backward", s);
 }
 
 }  // namespace zt::kernels::cuda

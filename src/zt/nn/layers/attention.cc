@@ -15,6 +15,14 @@ bool want_flash(Device device, DType dtype, int64_t head_size) {
          kernels::flash_attention_supported(device, dtype, head_size);
 }
 
+bool gqa_in_place() {
+  static const bool in_place = [] {
+    const char* v = std::getenv("ZT_ATTENTION_GQA");
+    return v == nullptr || std::string_view(v) != "expand";
+  }();
+  return in_place;
+}
+
 namespace {
 
 // How many tensor-parallel ranks hold each key/value head: 1 when the ranks split them, T/KV
@@ -91,23 +99,41 @@ Tensor Attention::forward(Context& ctx, const Tensor& x_in, const Tensor* residu
   const Stream& s = ctx.stream;
   Tensor qkv = qkv_.forward(ctx, x).reshape({B, T, qkv_.out_features()});
   if (ctx.kv_cache != nullptr) return forward_cached(ctx, qkv, B, T, residual);
-  if (expanded()) {
-    // Rotary and the kv heads' repetition in one pass, into the multi-head layout the attention
-    // kernels read (backward needs only the same tables, not this input).
+  const int KV = config_.n_kv_heads;
+  const Tensor* mask = ctx.attention_mask;
+  flash_ = mask == nullptr && want_flash(ctx.device, dt, HS);
+  atty_ = Tensor::empty({B, T, A}, dt, ctx.device, s);
+  flash_expanded_ = flash_ && expanded() && !gqa_in_place();
+  if (flash_expanded_) {
+    // ZT_ATTENTION_GQA=expand: rotary and the kv heads' repetition into a multi-head copy that
+    // the fused kernels read (the previous path, kept for A/B and as a fallback).
     Tensor full = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
     const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
     const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
-    kernels::qkv_expand_forward(full, qkv, NH, config_.n_kv_heads, cos, sin, 0, s);
-    qkv = full;
-  }
-  atty_ = Tensor::empty({B, T, A}, dt, ctx.device, s);
-  const Tensor* mask = ctx.attention_mask;
-  flash_ = mask == nullptr && want_flash(ctx.device, dt, HS);
-  if (flash_) {
+    kernels::qkv_expand_forward(full, qkv, NH, KV, cos, sin, 0, s);
+    qkv_full_ = full;
+    lse_ = Tensor::empty({B, NH, T}, DType::f32, ctx.device, s);
+    kernels::flash_attention_forward(atty_, lse_, full, NH, config_.kind, s);
+  } else if (flash_) {
+    // The fused kernels read the kv heads in place: rotary rotates q and k where they are (the
+    // projection's output is this layer's own), and the rotated q/k/v is what backward reads.
+    if (rotary_ != nullptr) {
+      kernels::rotary_qk_forward(qkv, NH, KV, rotary_->cos(ctx.device, s),
+                                 rotary_->sin(ctx.device, s), 0, s);
+    }
     qkv_full_ = qkv;
     lse_ = Tensor::empty({B, NH, T}, DType::f32, ctx.device, s);
-    kernels::flash_attention_forward(atty_, lse_, qkv, NH, config_.kind, s);
+    kernels::gqa_attention_forward(atty_, lse_, qkv, NH, KV, config_.kind, s);
   } else {
+    if (expanded()) {
+      // Rotary and the kv heads' repetition in one pass, into the multi-head layout the unfused
+      // kernels read (backward needs only the same tables, not this input).
+      Tensor full = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
+      const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+      const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+      kernels::qkv_expand_forward(full, qkv, NH, KV, cos, sin, 0, s);
+      qkv = full;
+    }
     qkvr_ = Tensor::empty({3, B, NH, T, HS}, dt, ctx.device, s);
     att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
     kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
@@ -170,18 +196,32 @@ void Attention::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in
   const Stream& s = ctx.stream;
   Tensor datty = Tensor::empty({B, T, A}, dt, ctx.device, s);
   out_.backward(ctx, dout, atty_, &datty);
-  Tensor dqkv = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
-  if (flash_) {
-    kernels::flash_attention_backward(dqkv, datty, qkv_full_, atty_, lse_, NH, config_.kind, s);
-  } else {
-    kernels::attention_backward(dqkv, datty, qkvr_, att_, NH, config_.kind, s);
-  }
-  if (expanded()) {
-    Tensor draw = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
+  const int KV = config_.n_kv_heads;
+  Tensor dqkv;
+  if (flash_expanded_) {
+    Tensor dfull = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
+    kernels::flash_attention_backward(dfull, datty, qkv_full_, atty_, lse_, NH, config_.kind, s);
+    dqkv = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
     const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
     const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
-    kernels::qkv_expand_backward(draw, dqkv, NH, config_.n_kv_heads, cos, sin, 0, s);
-    dqkv = draw;
+    kernels::qkv_expand_backward(dqkv, dfull, NH, KV, cos, sin, 0, s);
+  } else if (flash_) {
+    dqkv = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
+    kernels::gqa_attention_backward(dqkv, datty, qkv_full_, atty_, lse_, NH, KV, config_.kind, s);
+    if (rotary_ != nullptr) {
+      kernels::rotary_qk_backward(dqkv, NH, KV, rotary_->cos(ctx.device, s),
+                                  rotary_->sin(ctx.device, s), 0, s);
+    }
+  } else {
+    dqkv = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
+    kernels::attention_backward(dqkv, datty, qkvr_, att_, NH, config_.kind, s);
+    if (expanded()) {
+      Tensor draw = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
+      const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+      const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+      kernels::qkv_expand_backward(draw, dqkv, NH, KV, cos, sin, 0, s);
+      dqkv = draw;
+    }
   }
   // (each rank's heads gave part of the input's gradient)
   if (sp) {

@@ -56,18 +56,25 @@ class Attention {
  private:
   Tensor forward_cached(Context& ctx, const Tensor& qkv, int64_t B, int64_t T,
                         const Tensor* residual);
+  // Whether the unfused path expands the projection first (rotary, kv heads repeated).
   bool expanded() const { return rotary_ != nullptr || config_.n_kv_heads != config_.n_heads; }
   AttentionConfig config_;
   Rotary* rotary_;
   Linear qkv_, out_;
   // Saved: the attention output (the out projection's input) and either the fused kernel's
-  // q/k/v and row log-sum-exp, or the unfused kernel's permuted q/k/v and probabilities.
+  // q/k/v (the projection's output with q and k rotated in place, kv heads not expanded) and row
+  // log-sum-exp, or the unfused kernel's permuted q/k/v and probabilities.
   Tensor atty_, qkv_full_, lse_, qkvr_, att_;
   bool flash_ = false;
+  bool flash_expanded_ = false;  // fused kernels on an expanded copy (ZT_ATTENTION_GQA=expand)
 };
 
 // Whether the fused attention kernels run for this device, dtype and head size (CUDA bf16/f16,
 // head size 64 or 128; ZT_FLASH_ATTENTION=0 turns them off).
 bool want_flash(Device device, DType dtype, int64_t head_size);
+
+// Whether the fused kernels read grouped-query and rotary q/k/v in place (the default), or an
+// expanded multi-head copy (ZT_ATTENTION_GQA=expand, read once: the previous path, for A/B).
+bool gqa_in_place();
 
 }  // namespace zt::nn
