@@ -8,6 +8,8 @@
 //    bidirectional, T across the 64-row tiles; out, lse and dq / dk / dv (dk and dv summed over
 //    each kv head's group), on cuDNN and on the own kernels; cuDNN's deterministic backward
 //    gives the same bits twice.
+//  - the deterministic backward past the workspace limit: over chunks of the batch it gives the
+//    same bits as one call over the whole batch; past it for one sequence, the own kernels run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,6 +157,57 @@ TEST(GqaAttentionCuda, MultiQueryHeadsMatchCpu) {
   ZT_SKIP_WITHOUT_CUDA();
   check_gqa_backends(2, 64, 8, 1, 64, kernels::AttnKind::kBidirectional, 221);
   check_gqa_backends(1, 257, 8, 1, 128, kernels::AttnKind::kCausal, 231);
+}
+
+// The deterministic backward's dP workspace grows with the batch; past
+// attention_workspace_limit() it runs over chunks of sequences. Every sequence is independent, so
+// the chunks must give the bits of one call over the batch (any other result means a chunk read
+// or wrote another's rows); past the limit for one sequence, the own kernels run it.
+TEST(GqaAttentionCuda, BackwardOverBatchChunksGivesTheSameBits) {
+  ZT_SKIP_WITHOUT_CUDA();
+  if (!kernels::cudnn_available() || !kernels::attention_deterministic()) {
+    GTEST_SKIP() << "needs cuDNN and the deterministic backward";
+  }
+  const int64_t B = 4, T = 256, HS = 64;
+  const int NH = 8, KV = 2;
+  const int64_t W = (NH + 2 * KV) * HS, C = NH * HS;
+  const kernels::AttnKind kind = kernels::AttnKind::kCausal;
+  const Tensor qkv = exact_tensor({B, T, W}, 301, 0.5);
+  const Tensor dout = exact_tensor({B, T, C}, 302);
+  const Tensor qkv_d = to_cuda(qkv, DType::bf16);
+  const Tensor dout_d = to_cuda(dout, DType::bf16);
+  Tensor out_d = Tensor::empty({B, T, C}, DType::bf16, Device::cuda(0));
+  Tensor lse_d = Tensor::empty({B, NH, T}, DType::f32, Device::cuda(0));
+  kernels::gqa_attention_forward(out_d, lse_d, qkv_d, NH, KV, kind);
+  const int64_t limit = kernels::attention_workspace_limit();
+  auto backward = [&](int64_t limit_bytes, kernels::AttentionBackend backend) {
+    kernels::set_attention_workspace_limit(limit_bytes);
+    kernels::set_attention_backend(backend);
+    Tensor dqkv = to_cuda(random_tensor({B, T, W}, DType::f32, 303), DType::bf16);
+    kernels::gqa_attention_backward(dqkv, dout_d, qkv_d, out_d, lse_d, NH, KV, kind);
+    kernels::set_attention_backend(kernels::AttentionBackend::kAuto);
+    kernels::set_attention_workspace_limit(limit);
+    return values(dqkv);
+  };
+  // dP of one sequence: NH T^2 2-byte values (1 MiB here); the batch's 4 MiB.
+  const int64_t per_seq = NH * T * T * 2;
+  const std::vector<double> whole = backward(int64_t{1} << 30, kernels::AttentionBackend::kCudnn);
+  EXPECT_EQ(backward(2 * per_seq + per_seq / 2, kernels::AttentionBackend::kAuto), whole)
+      << "two chunks of two sequences";
+  EXPECT_EQ(backward(per_seq + per_seq / 2, kernels::AttentionBackend::kAuto), whole)
+      << "four chunks of one sequence";
+  // Below one sequence's workspace: the own kernels (another summation order), against the CPU.
+  const std::vector<double> own = backward(per_seq / 2, kernels::AttentionBackend::kAuto);
+  Tensor out_back = Tensor::empty({B, T, C}, DType::f32);
+  out_back.copy_from(out_d);
+  Tensor lse_back = Tensor::empty({B, NH, T}, DType::f32);
+  lse_back.copy_from(lse_d);
+  Tensor dqkv_ref = Tensor::empty({B, T, W}, DType::f32);
+  kernels::gqa_attention_backward(dqkv_ref, dout, qkv, out_back, lse_back, NH, KV, kind);
+  const std::vector<double> want = values(dqkv_ref);
+  EXPECT_LE(relative_max_error(own, want), 0.05) << "the own kernels past the limit";
+  EXPECT_NE(own, whole) << "past the limit for one sequence, cuDNN still ran";
+  EXPECT_LE(relative_max_error(whole, want), 0.05) << "cuDNN over the whole batch";
 }
 
 }  // namespace

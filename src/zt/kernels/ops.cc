@@ -20,8 +20,8 @@ std::array<float, 3> adam_step_scalars(const AdamArgs& a) {
   // 1 - beta^step in double, as DeepSpeed's host code computes it, rounded to the kernel's float.
   auto correction = [&](float beta) {
     if (a.bias_correction == BiasCorrection::kOff) return 1.0f;
-    return static_cast<float>(1.0 - std::pow(static_cast<double>(beta),
-                                             static_cast<double>(a.step)));
+    return static_cast<float>(1.0 -
+                              std::pow(static_cast<double>(beta), static_cast<double>(a.step)));
   };
   return {a.lr, correction(a.beta1), std::sqrt(correction(a.beta2))};
 }
@@ -100,8 +100,10 @@ void set_attention_deterministic(bool on) {
   attention_deterministic_setting().store(on);
 }
 
-int64_t attention_workspace_limit() {
-  static const int64_t limit = [] {
+namespace {
+
+std::atomic<int64_t>& attention_workspace_setting() {
+  static std::atomic<int64_t> limit{[] {
     const char* v = std::getenv("ZT_ATTENTION_WORKSPACE_MB");
     char* end = nullptr;
     const long long mb = v != nullptr ? std::strtoll(v, &end, 10) : 2048;
@@ -110,8 +112,18 @@ int64_t attention_workspace_limit() {
       return int64_t{2048} << 20;
     }
     return static_cast<int64_t>(mb) << 20;
-  }();
+  }()};
   return limit;
+}
+
+}  // namespace
+
+int64_t attention_workspace_limit() {
+  return attention_workspace_setting().load();
+}
+
+void set_attention_workspace_limit(int64_t bytes) {
+  attention_workspace_setting().store(bytes);
 }
 
 AttentionBackend attention_backend() {

@@ -123,12 +123,14 @@ void set_attention_backend(AttentionBackend b);
 bool cudnn_available();
 // Whether the attention backward must give the same bits on every run (default true;
 // ZT_ATTENTION_DETERMINISTIC=0 sets it false). True: cuDNN's backward in its deterministic form,
-// which keeps dP, 2 B heads T^2 bytes, in a workspace, used while that fits
-// attention_workspace_limit() (ZT_ATTENTION_WORKSPACE_MB, default 2048), else ZeroTrain's own
-// kernels (deterministic, no workspace). False: cuDNN's atomic dQ accumulation, PyTorch's default.
+// which keeps dP, 2 B heads T^2 bytes, in a workspace bounded by attention_workspace_limit()
+// (ZT_ATTENTION_WORKSPACE_MB, default 2048): past it the backward runs over chunks of the batch
+// (the same bits), and where one sequence is past it ZeroTrain's own kernels run it
+// (deterministic, no workspace). False: cuDNN's atomic dQ accumulation, PyTorch's default.
 bool attention_deterministic();
 void set_attention_deterministic(bool on);
-int64_t attention_workspace_limit();
+int64_t attention_workspace_limit();  // bytes
+void set_attention_workspace_limit(int64_t bytes);
 // Whether a CUDA GEMM problem met for the first time times the cuBLASLt heuristic's first few
 // algorithms and keeps the fastest (kernels/cuda/gemm.cc; default false, ZT_GEMM_AUTOTUNE=1 sets
 // it true). Faster where the heuristic's first pick is not the best, but a run is then no longer

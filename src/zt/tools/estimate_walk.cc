@@ -373,7 +373,8 @@ class Walk {
 // The fused attention backward's scratch, freed before it returns: the own kernels' dvec, or
 // cuDNN's row sums (the same B NH T f32) with, for the deterministic backward, cuDNN's dP
 // workspace (2 bytes per score, its rows padded to 64 and columns to 128 as cuDNN 9.19 sizes it,
-// used while within ZT_ATTENTION_WORKSPACE_MB) or, for the atomic one, the f32 dQ accumulator.
+// used while within ZT_ATTENTION_WORKSPACE_MB, over chunks of the batch past it) or, for the
+// atomic one, the f32 dQ accumulator.
 // cuDNN runs where it is installed here (where `zt estimate` runs is where it answers for).
 // Grouped-query heads (KV < NH) on the own kernels: the expanded q/k/v and its gradient
 // (gqa_attention_backward's fallback, two B T 3 NH HS 16-bit tensors); cuDNN reads the kv heads
@@ -387,12 +388,18 @@ int64_t flash_backward_scratch(int64_t B, int64_t NH, int64_t KV, int64_t T, int
   }
   if (!kernels::attention_deterministic()) return rows + B * NH * T * HS * 4;
   auto up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
-  const int64_t ws = B * NH * up(T, 64) * up(T, 128) * 2 + 256;
-  if (ws > kernels::attention_workspace_limit() &&
+  auto ws = [&](int64_t b) { return b * NH * up(T, 64) * up(T, 128) * 2 + 256; };
+  // Past the limit, cuDNN runs over chunks of the batch (the largest divisor of B within it;
+  // the row sums are then the chunk's), and the own kernels where one sequence is past it.
+  int64_t chunk = B;
+  while (chunk > 1 && (ws(chunk) > kernels::attention_workspace_limit() || B % chunk != 0)) {
+    --chunk;
+  }
+  if (ws(chunk) > kernels::attention_workspace_limit() &&
       kernels::attention_backend() == kernels::AttentionBackend::kAuto) {
     return rows + expanded;  // the own kernels run it
   }
-  return rows + ws;
+  return rows / B * chunk + ws(chunk);
 }
 
 // The fused attention runs where nn::want_flash says it would on a GPU (a CPU-only build of zt

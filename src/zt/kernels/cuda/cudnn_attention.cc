@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -26,6 +27,7 @@
 #include <mutex>
 #include <string_view>
 #include <tuple>
+#include <utility>
 
 #include "zt/core/assert.h"
 #include "zt/core/cuda/cuda_check.h"
@@ -387,8 +389,10 @@ Plan* required(Plan* p, const char* what) {
 // q, k and v inside a packed (B,T,(NH+2KV)HS) tensor (qkv or dqkv), and the graph's scalars: the
 // values the variant pack points at while the call runs.
 struct Operands {
-  Operands(const Tensor& packed, const Dims& d) : causal(d.causal) {
-    auto* base = static_cast<char*>(packed.data());
+  // first: the first sequence of a chunk of d.B sequences (0: the whole batch).
+  Operands(const Tensor& packed, const Dims& d, int64_t first = 0) : causal(d.causal) {
+    auto* base = static_cast<char*>(packed.data()) +
+                 first * d.T * d.W() * static_cast<int64_t>(dtype_size(packed.dtype()));
     const int64_t head = d.HS * dtype_size(packed.dtype());
     q = base;
     k = base + d.NH * head;
@@ -431,6 +435,29 @@ bool cudnn_attention_forward(Tensor& out, Tensor& lse, const Tensor& qkv, int64_
   return true;
 }
 
+namespace {
+
+// The deterministic backward's dP workspace grows with the batch: the largest divisor of B whose
+// chunk of sequences stays under the workspace limit, with its plan (chunk 0: none does, or cuDNN
+// cannot run it). The sequences of a batch are independent, so running them chunk by chunk gives
+// every gradient exactly as one call over the batch would.
+std::pair<int64_t, Plan*> backward_chunk(const Dims& d, Plan* whole, DType dt) {
+  const int64_t limit = attention_workspace_limit();
+  if (whole->workspace <= limit) return {d.B, whole};
+  const int64_t per_seq = std::max<int64_t>(1, whole->workspace / d.B);
+  for (int64_t bc = std::min(d.B - 1, std::max<int64_t>(1, limit / per_seq)); bc >= 1; --bc) {
+    if (d.B % bc != 0) continue;
+    Dims c = d;
+    c.B = bc;
+    Plan* p = plan_for(Pass::kBackward, c, dt);
+    if (p == nullptr) return {0, nullptr};
+    if (p->workspace <= limit) return {bc, p};
+  }
+  return {0, nullptr};
+}
+
+}  // namespace
+
 bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, int64_t B, int64_t NH,
                               int64_t KV, int64_t T, int64_t HS, bool causal, const Stream& s) {
@@ -442,20 +469,37 @@ bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
                "backward");
   if (p == nullptr) return false;
   // The deterministic backward keeps dP, (B, heads, T, T) 16-bit values, in its workspace: past
-  // the limit, ZeroTrain's own (deterministic, workspace-free) kernels run it, unless cuDNN was
-  // required.
-  if (deterministic && attention_backend() == AttentionBackend::kAuto &&
-      p->workspace > attention_workspace_limit()) {
-    thread_local std::map<std::tuple<int64_t, int64_t, int64_t>, bool> said;
-    if (!said[{B * NH, T, HS}]) {
-      said[{B * NH, T, HS}] = true;
-      ZT_LOG_INFO(
-          "cuDNN's deterministic attention backward would need {} MiB of workspace for B {} "
-          "heads {} T {} (above ZT_ATTENTION_WORKSPACE_MB={}); ZeroTrain's own kernels run it "
-          "(ZT_ATTENTION_DETERMINISTIC=0 runs cuDNN's atomic backward without the workspace)",
-          p->workspace >> 20, B, NH, T, attention_workspace_limit() >> 20);
+  // the limit it runs over chunks of the batch, and where even one sequence is past it,
+  // ZeroTrain's own (deterministic, workspace-free) kernels run it, unless cuDNN was required.
+  int64_t chunk = B;
+  if (deterministic && p->workspace > attention_workspace_limit()) {
+    const int64_t whole = p->workspace;
+    auto [bc, pc] = backward_chunk(d, p, qkv.dtype());
+    thread_local std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, bool> said;
+    const bool first = !said[{B, NH, T, HS}];
+    said[{B, NH, T, HS}] = true;
+    if (bc > 0) {
+      chunk = bc;
+      p = pc;
+      if (first) {
+        ZT_LOG_INFO(
+            "cuDNN's deterministic attention backward would need {} MiB of workspace for B {} "
+            "heads {} T {} (above ZT_ATTENTION_WORKSPACE_MB={}): it runs over {} chunks of {} "
+            "sequences, {} MiB each",
+            whole >> 20, B, NH, T, attention_workspace_limit() >> 20, B / bc, bc,
+            p->workspace >> 20);
+      }
+    } else if (attention_backend() == AttentionBackend::kAuto) {
+      if (first) {
+        ZT_LOG_INFO(
+            "cuDNN's deterministic attention backward would need {} MiB of workspace for B {} "
+            "heads {} T {}, {} MiB for one sequence (above ZT_ATTENTION_WORKSPACE_MB={}); "
+            "ZeroTrain's own kernels run it (ZT_ATTENTION_DETERMINISTIC=0 runs cuDNN's atomic "
+            "backward without the workspace)",
+            whole >> 20, B, NH, T, (whole / B) >> 20, attention_workspace_limit() >> 20);
+      }
+      return false;
     }
-    return false;
   }
   Tensor dq_accum;
   if (!deterministic) {
@@ -467,25 +511,31 @@ bool cudnn_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qk
     }
   }
   float one = 1.0f;
-  Tensor softmax_sum = Tensor::empty({B, NH, T}, DType::f32, qkv.device(), s);
-  Operands x(qkv, d);
-  Operands dx(dqkv, d);
-  execute(*p,
-          {{kQ, x.q},
-           {kK, x.k},
-           {kV, x.v},
-           {kO, out.data()},
-           {kStats, lse.data()},
-           {kDO, dout.data()},
-           {kDQ, dx.q},
-           {kDK, dx.k},
-           {kDV, dx.v},
-           {kScale, &x.scale},
-           {kNegInf, x.neg_inf()},
-           {kOne, &one},
-           {kSoftmaxSum, softmax_sum.data()},
-           {kDQAccum, deterministic ? nullptr : dq_accum.data()}},
-          qkv.device(), s);
+  Tensor softmax_sum = Tensor::empty({chunk, NH, T}, DType::f32, qkv.device(), s);
+  Dims dc = d;
+  dc.B = chunk;
+  const int64_t io = dtype_size(qkv.dtype());
+  for (int64_t b0 = 0; b0 < B; b0 += chunk) {
+    Operands x(qkv, dc, b0);
+    Operands dx(dqkv, dc, b0);
+    const int64_t o_off = b0 * T * d.C() * io;
+    execute(*p,
+            {{kQ, x.q},
+             {kK, x.k},
+             {kV, x.v},
+             {kO, static_cast<char*>(out.data()) + o_off},
+             {kStats, static_cast<float*>(lse.data()) + b0 * NH * T},
+             {kDO, static_cast<char*>(dout.data()) + o_off},
+             {kDQ, dx.q},
+             {kDK, dx.k},
+             {kDV, dx.v},
+             {kScale, &x.scale},
+             {kNegInf, x.neg_inf()},
+             {kOne, &one},
+             {kSoftmaxSum, softmax_sum.data()},
+             {kDQAccum, deterministic ? nullptr : dq_accum.data()}},
+            qkv.device(), s);
+  }
   return true;
 }
 
