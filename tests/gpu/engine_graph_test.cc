@@ -7,7 +7,8 @@
 // may sum in another order). The learning rate changes every step (WarmupLR), so a graph that
 // baked a step's lr or Adam's bias corrections in instead of reading them from device memory
 // would drift from step 4 on; a step with padding targets (-100) changes the counted targets,
-// which the graph's loss gradient depends on, and must capture again.
+// which the graph's loss gradient depends on, and must capture again. With LoRA adapters (no
+// dropout, the base frozen) the step captures the same way; with adapter dropout it is refused.
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "common/test_util.h"
 #include "zt/nn/models/gpt2.h"
 #include "zt/runtime/engine.h"
+#include "zt/tasks/lora.h"
 
 namespace zt {
 namespace {
@@ -51,11 +53,15 @@ struct GraphRun {
   int64_t replays = 0;
 };
 
-GraphRun train(const char* json, bool graph) {
+GraphRun train(const char* json, bool graph, bool lora = false) {
   GraphRun r;
   auto cfg = config_parse(json, "test", 1);
   EXPECT_TRUE(cfg.is_ok()) << cfg.status().message();
   nn::Gpt2 model(testing::small_gpt2_config(2));
+  if (lora) {
+    const Status st = tasks::lora_apply(model, {.r = 4, .alpha = 8.0f, .only_optimize = true});
+    EXPECT_TRUE(st.is_ok()) << st.message();
+  }
   auto e = initialize(model, *cfg, {.device = Device::cuda(0), .seed = 3, .cuda_graph = graph});
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   if (!e.is_ok()) return r;
@@ -84,24 +90,27 @@ TEST(GpuEngineGraph, CapturedStepEqualsTheEagerStepBitwise) {
           "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
           "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}})",
   };
-  for (const char* json : kConfigs) {
-    SCOPED_TRACE(json);
-    const GraphRun eager = train(json, false);
-    const GraphRun graph = train(json, true);
-    ASSERT_EQ(graph.losses.size(), static_cast<size_t>(kSteps));
-    // Steps 0-1 warm up, 2 captures, 3-4 replay, 5 captures again (fewer counted targets), 6
-    // replays that graph, 7 captures again (all counted): every step from 2 on is a replay.
-    EXPECT_EQ(graph.replays, kSteps - 2);
-    for (int s = 0; s < kSteps; ++s) {
-      uint32_t a = 0, b = 0;
-      std::memcpy(&a, &eager.losses[s], 4);
-      std::memcpy(&b, &graph.losses[s], 4);
-      EXPECT_EQ(a, b) << "step " << s << ": eager " << eager.losses[s] << ", graph "
-                      << graph.losses[s];
-      EXPECT_NEAR(graph.grad_norms[s], eager.grad_norms[s], 1e-9 * eager.grad_norms[s]);
+  for (const bool lora : {false, true}) {
+    for (const char* json : kConfigs) {
+      SCOPED_TRACE(json);
+      SCOPED_TRACE(lora ? "LoRA r4, base frozen" : "full");
+      const GraphRun eager = train(json, false, lora);
+      const GraphRun graph = train(json, true, lora);
+      ASSERT_EQ(graph.losses.size(), static_cast<size_t>(kSteps));
+      // Steps 0-1 warm up, 2 captures, 3-4 replay, 5 captures again (fewer counted targets), 6
+      // replays that graph, 7 captures again (all counted): every step from 2 on is a replay.
+      EXPECT_EQ(graph.replays, kSteps - 2);
+      for (int s = 0; s < kSteps; ++s) {
+        uint32_t a = 0, b = 0;
+        std::memcpy(&a, &eager.losses[s], 4);
+        std::memcpy(&b, &graph.losses[s], 4);
+        EXPECT_EQ(a, b) << "step " << s << ": eager " << eager.losses[s] << ", graph "
+                        << graph.losses[s];
+        EXPECT_NEAR(graph.grad_norms[s], eager.grad_norms[s], 1e-9 * eager.grad_norms[s]);
+      }
+      EXPECT_EQ(graph.master, eager.master);
+      EXPECT_LT(graph.losses.back(), graph.losses.front());  // (it trains)
     }
-    EXPECT_EQ(graph.master, eager.master);
-    EXPECT_LT(graph.losses.back(), graph.losses.front());  // (it trains)
   }
 }
 
@@ -123,6 +132,25 @@ TEST(GpuEngineGraph, RefusedRunsTrainEagerly) {
     ASSERT_TRUE((*e)->train_batch(tokens, targets).is_ok());
   }
   EXPECT_EQ((*e)->global_steps(), 3);
+  EXPECT_EQ((*e)->graph_replays(), 0);
+}
+
+// LoRA dropout draws a new mask per step: such a run says so and trains eagerly.
+TEST(GpuEngineGraph, LoraDropoutIsRefused) {
+  ZT_SKIP_WITHOUT_CUDA();
+  auto cfg = config_parse(R"({"train_batch_size": 1, "bf16": {"enabled": true}})", "test", 1);
+  ASSERT_TRUE(cfg.is_ok());
+  nn::Gpt2 model(testing::small_gpt2_config(2));
+  ASSERT_TRUE(tasks::lora_apply(model, {.r = 4, .dropout = 0.1f, .only_optimize = true}).is_ok());
+  auto e = initialize(model, *cfg, {.device = Device::cuda(0), .seed = 3, .cuda_graph = true});
+  ASSERT_TRUE(e.is_ok());
+  EXPECT_NE((*e)->graph_refusal().find("lora_dropout > 0"), std::string::npos)
+      << (*e)->graph_refusal();
+  for (int s = 0; s < 4; ++s) {
+    Tensor tokens, targets;
+    batch(s, tokens, targets);
+    ASSERT_TRUE((*e)->train_batch(tokens, targets).is_ok());
+  }
   EXPECT_EQ((*e)->graph_replays(), 0);
 }
 

@@ -27,6 +27,7 @@
 
 #include "zt/core/log.h"
 #include "zt/kernels/ops.h"
+#include "zt/nn/models/transformer.h"
 #include "zt/runtime/engine_graph.h"
 #include "zt/zero/zero_state.h"
 
@@ -63,8 +64,18 @@ std::string Engine::graph_refusal() const {
   }
   if (timers_ || profiler_) return "wall_clock_breakdown or the flops profiler time its parts";
   if (ctx_.checkpoint_to_host) return "activation checkpoints go to host memory";
+  // LoRA adapters draw a new dropout mask every step from a seed the graph would bake in; without
+  // dropout they are plain GEMMs and capture like the rest.
   for (const auto& u : model_.units()) {
-    if (u->passive()) return "the model has LoRA adapters (their dropout masks change per step)";
+    auto* block = dynamic_cast<nn::TransformerBlock*>(u.get());
+    if (block == nullptr) continue;
+    for (const nn::Linear* l : block->linears()) {
+      for (const nn::LoraAdapter& a : l->adapters()) {
+        if (a.dropout > 0) {
+          return "the LoRA adapters' dropout masks change per step (lora_dropout > 0)";
+        }
+      }
+    }
   }
   return {};
 }
@@ -169,9 +180,10 @@ Status Engine::train_batch(const Tensor& tokens, const Tensor& targets) {
       zero_->zero_grads();
       ctx_.targets = nullptr;
       g.off = true;
-      ZT_LOG_WARN("--cuda-graph: the training step could not be captured ({}); it runs without "
-                  "a CUDA graph",
-                  queued.message());
+      ZT_LOG_WARN(
+          "--cuda-graph: the training step could not be captured ({}); it runs without "
+          "a CUDA graph",
+          queued.message());
       return eager_batch(tokens, targets);
     }
     g.counted = counted;
@@ -202,18 +214,15 @@ Status Engine::queue_graph_step(int64_t counted, optim::StepValues v) {
   GraphState& g = *graph_;
   const Device dev = options_.device, cpu = Device::cpu();
   const Stream& s = ctx_.stream;
-  memory_copy_async(g.tokens.data(), dev, g.tokens_host.data(), cpu,
-                    g.tokens.nbytes(), s);
-  memory_copy_async(g.targets.data(), dev, g.targets_host.data(), cpu,
-                    g.targets.nbytes(), s);
-  memory_copy_async(g.scalars.data(), dev, g.scalars_host.data(), cpu,
-                    g.scalars.nbytes(), s);
+  memory_copy_async(g.tokens.data(), dev, g.tokens_host.data(), cpu, g.tokens.nbytes(), s);
+  memory_copy_async(g.targets.data(), dev, g.targets_host.data(), cpu, g.targets.nbytes(), s);
+  memory_copy_async(g.scalars.data(), dev, g.scalars_host.data(), cpu, g.scalars.nbytes(), s);
   // forward(), backward() and apply_step_on_device() on the device buffers, nothing read back.
   ctx_.mode = nn::Mode::kTrain;
   ctx_.targets = &g.targets;
   ctx_.attention_mask = nullptr;
-  ctx_.dloss = counted == 0 ? 0.0f
-                            : static_cast<float>(scaler_.scale() / static_cast<double>(counted));
+  ctx_.dloss =
+      counted == 0 ? 0.0f : static_cast<float>(scaler_.scale() / static_cast<double>(counted));
   ctx_.dropout_seed = dropout_seed(micro_steps_);
   Tensor losses = model_.forward(ctx_, g.tokens, zero_.get());
   ctx_.targets = nullptr;
@@ -228,8 +237,7 @@ Status Engine::queue_graph_step(int64_t counted, optim::StepValues v) {
   v.grad_scale_at = grad_factor_.data<float>();
   v.scalars_at = g.scalars.data<float>();
   ZT_ASSIGN_OR_RETURN(last_step_groups_, zero_->optimizer_step(optimizer_, v));
-  memory_copy_async(g.losses_host.data(), cpu, losses.data(), dev,
-                    losses.nbytes(), s);
+  memory_copy_async(g.losses_host.data(), cpu, losses.data(), dev, losses.nbytes(), s);
   memory_copy_async(g.sumsq_host.data(), cpu, sumsq.data(), dev, sizeof(double), s);
   return Status::ok();
 }
