@@ -20,17 +20,6 @@
 namespace zt::testing {
 namespace {
 
-// max |a - b| / max |b|: a norm-wise error, since 16-bit attention has absolute, not relative,
-// error on elements near zero.
-double relative_max_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::isnan(a[i]) ? INFINITY : std::abs(a[i] - b[i]));
-    ref = std::max(ref, std::abs(b[i]));
-  }
-  return err / std::max(ref, 1e-30);
-}
-
 // Runs forward with `fwd` and backward with `bwd`, then restores the default.
 void run_backends(kernels::AttentionBackend fwd, kernels::AttentionBackend bwd, Tensor& out,
                   Tensor& lse, Tensor& dqkv, const Tensor& qkv, const Tensor& dout, int NH,

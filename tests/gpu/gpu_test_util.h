@@ -4,6 +4,7 @@
 // run, so one reference serves every dtype and the tolerance covers only the GPU's own roundings.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -43,6 +44,17 @@ inline constexpr DtypeCase kComputeDtypes[] = {
 
 inline std::vector<double> values(const Tensor& t) {
   return t.to_doubles();
+}
+
+// max |a - b| / max |b|: a norm-wise error, since 16-bit attention has absolute, not relative,
+// error on elements near zero (a NaN in a counts as infinite).
+inline double relative_max_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::isnan(a[i]) ? INFINITY : std::abs(a[i] - b[i]));
+    ref = std::max(ref, std::abs(b[i]));
+  }
+  return err / std::max(ref, 1e-30);
 }
 
 }  // namespace zt::testing

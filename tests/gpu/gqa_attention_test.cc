@@ -59,15 +59,6 @@ TEST(RotaryQkCuda, ChunkedAndPairwiseMatchCpu) {
   check_rotary_qk(2, 5, 4, 2, 6, 3, 103);      // three pairs a head: one pair at a time
 }
 
-double relative_max_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::isnan(a[i]) ? INFINITY : std::abs(a[i] - b[i]));
-    ref = std::max(ref, std::abs(b[i]));
-  }
-  return err / std::max(ref, 1e-30);
-}
-
 // Heads [first, first + count) of every token of a (B*T, W) tensor.
 std::vector<double> heads(const std::vector<double>& x, int64_t rows, int64_t W, int64_t HS,
                           int64_t first, int64_t count) {
