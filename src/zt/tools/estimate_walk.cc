@@ -14,6 +14,7 @@
 // tests/unit/tools/estimate_test.cc compares it with measured peaks.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string_view>
 #include <utility>
 
@@ -81,32 +82,41 @@ class Walk {
     return out;
   }
   // Linear::forward: y, then each adapter's u = h A^T (h: x after dropout); u B^T goes straight
-  // into y's block.
+  // into y's block. A training forward keeps each u for backward, dropping the last forward's.
   int linear_forward(const LinearShape& l, Kind kind) {
     const int y = m_.alloc(s_.N * l.out * s_.d, kind);
     if (l.adapters == nullptr) return y;
+    release_saved_u(l.adapters);
+    std::vector<int> kept;
     for (const nn::LoraAdapter& a : *l.adapters) {
       int h = a.dropout > 0 ? m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary) : -1;
-      int u = m_.alloc(s_.N * a.a->shape[0] * s_.d, Kind::kTemporary);
-      m_.release(u);
+      kept.push_back(m_.alloc(s_.N * a.a->shape[0] * s_.d, Kind::kActivation));
       m_.release(h);
     }
+    if (!kept.empty()) saved_u_[l.adapters] = std::move(kept);
     return y;
   }
   // Linear::backward with an input gradient: the GEMMs write into the caller's buffers and read
-  // the output gradient's block in place; each adapter needs h (with dropout), u, du, and dh
-  // with dropout (without it, du A accumulates into the input gradient directly).
+  // the output gradient's block in place; each adapter needs h (with dropout), du, and dh with
+  // dropout (without it, du A accumulates into the input gradient directly), and reads the u its
+  // forward kept (recomputed where none was kept), all dropped when it returns.
   void linear_backward(const LinearShape& l) {
     if (l.adapters == nullptr) return;
+    const bool kept = saved_u_.count(l.adapters) != 0;
     for (const nn::LoraAdapter& a : *l.adapters) {
       const int64_t r = a.a->shape[0];
       std::vector<int> t;
       if (a.dropout > 0) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
-      t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
+      if (!kept) t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
       t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
       if (a.dropout > 0) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
       m_.release_all(t);
     }
+    release_saved_u(l.adapters);
+  }
+  // Linear::release: what the block's linears kept (TransformerBlock::release_activations).
+  void release_saved_u(nn::TransformerBlock& b) {
+    for (nn::Linear* l : b.linears()) release_saved_u(&l->adapters());
   }
 
   // Attention::forward; `kept` gets atty_ and either qkv_full_ + lse_ or qkvr_ + att_.
@@ -366,8 +376,17 @@ class Walk {
   }
 
  private:
+  void release_saved_u(const std::vector<nn::LoraAdapter>* adapters) {
+    auto it = saved_u_.find(adapters);
+    if (it == saved_u_.end()) return;
+    m_.release_all(it->second);
+    saved_u_.erase(it);
+  }
+
   Timeline& m_;
   const Dims& s_;
+  // Each Linear's kept u per adapter (Linear::saved_u_), by its adapter list.
+  std::map<const std::vector<nn::LoraAdapter>*, std::vector<int>> saved_u_;
 };
 
 // The fused attention backward's scratch, freed before it returns: the own kernels' dvec, or
@@ -544,6 +563,7 @@ MemoryPrediction predict_memory(nn::Transformer& model, const DeepSpeedConfig& c
       x = w.block_forward(*block, in, blocks[u]);
       if (ckpt) {  // release_activations; the input is kept (on the host: no device memory)
         blocks[u].release(m);
+        w.release_saved_u(*block);
         if (!to_host) ckpt_in[u] = m.retain(in);
       }
     } else if (dynamic_cast<nn::TransformerEmbedding*>(units[u].get()) != nullptr) {

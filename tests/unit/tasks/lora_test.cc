@@ -60,14 +60,14 @@ TEST(LoraLinear, GradientsMatchFiniteDifferences) {
   nn::Param& b1 = adapters.add_param("b1", {4, kRank}, nn::ParamInit::kNormal);
   nn::Param& a2 = adapters.add_param("a2", {kRank, kIn}, nn::ParamInit::kNormal);
   nn::Param& b2 = adapters.add_param("b2", {kOut, kRank}, nn::ParamInit::kNormal);
-  linear.add_adapter({.a = &a1, .b = &b1, .row0 = 3, .rows = 4, .scale = 0.7f, .dropout = 0.25f,
-                      .salt = 11});
-  linear.add_adapter({.a = &a2, .b = &b2, .row0 = 0, .rows = kOut, .scale = 1.5f, .dropout = 0.0f,
-                      .salt = 12});
-  Tensor base_v = filled(base.flat_numel(), 1), base_g = Tensor::zeros({base.flat_numel()},
-                                                                       DType::f32, Device::cpu());
-  Tensor ad_v = filled(adapters.flat_numel(), 2), ad_g = Tensor::zeros({adapters.flat_numel()},
-                                                                       DType::f32, Device::cpu());
+  linear.add_adapter(
+      {.a = &a1, .b = &b1, .row0 = 3, .rows = 4, .scale = 0.7f, .dropout = 0.25f, .salt = 11});
+  linear.add_adapter(
+      {.a = &a2, .b = &b2, .row0 = 0, .rows = kOut, .scale = 1.5f, .dropout = 0.0f, .salt = 12});
+  Tensor base_v = filled(base.flat_numel(), 1),
+         base_g = Tensor::zeros({base.flat_numel()}, DType::f32, Device::cpu());
+  Tensor ad_v = filled(adapters.flat_numel(), 2),
+         ad_g = Tensor::zeros({adapters.flat_numel()}, DType::f32, Device::cpu());
   base.bind(base_v, base_g);
   adapters.bind(ad_v, ad_g);
   Tensor x = filled(kRows * kIn, 3).reshape({kRows, kIn});
@@ -109,11 +109,49 @@ TEST(LoraLinear, GradientsMatchFiniteDifferences) {
 }
 
 // A frozen base skips its weight gradients but still passes the input gradient on.
+// A training forward keeps each adapter's u = h A^T for backward; backward after release() (what
+// a block's release_activations does) recomputes it. Both must give the same bits.
+TEST(LoraLinear, KeptAdapterProjectionGivesTheRecomputedGradients) {
+  constexpr int64_t kIn = 6, kOut = 9, kRank = 2, kRows = 8;
+  Holder base("base"), adapters("adapters");
+  nn::Linear linear(base, "proj", kIn, kOut, nn::Bias::kWith);
+  nn::Param& a1 = adapters.add_param("a1", {kRank, kIn}, nn::ParamInit::kNormal);
+  nn::Param& b1 = adapters.add_param("b1", {4, kRank}, nn::ParamInit::kNormal);
+  nn::Param& a2 = adapters.add_param("a2", {kRank, kIn}, nn::ParamInit::kNormal);
+  nn::Param& b2 = adapters.add_param("b2", {kOut, kRank}, nn::ParamInit::kNormal);
+  linear.add_adapter(
+      {.a = &a1, .b = &b1, .row0 = 3, .rows = 4, .scale = 0.7f, .dropout = 0.25f, .salt = 11});
+  linear.add_adapter({.a = &a2, .b = &b2, .row0 = 0, .rows = kOut, .scale = 1.5f});
+  const Tensor base_v = filled(base.flat_numel(), 1), ad_v = filled(adapters.flat_numel(), 2);
+  const Tensor x = filled(kRows * kIn, 3).reshape({kRows, kIn});
+  const Tensor G = filled(kRows * kOut, 4).reshape({kRows, kOut});
+  auto run = [&](bool release) {
+    Tensor base_g = Tensor::zeros({base.flat_numel()}, DType::f32, Device::cpu());
+    Tensor ad_g = Tensor::zeros({adapters.flat_numel()}, DType::f32, Device::cpu());
+    base.bind(base_v, base_g);
+    adapters.bind(ad_v, ad_g);
+    nn::Context ctx;
+    ctx.mode = nn::Mode::kTrain;
+    ctx.dropout_seed = 99;
+    (void)linear.forward(ctx, x);
+    if (release) linear.release();
+    Tensor dx = Tensor::empty({kRows, kIn}, DType::f32, Device::cpu());
+    linear.backward(ctx, G, x, &dx);
+    return std::vector<std::vector<double>>{dx.to_doubles(), base_g.to_doubles(),
+                                            ad_g.to_doubles()};
+  };
+  const auto kept = run(false), recomputed = run(true);
+  EXPECT_EQ(kept[0], recomputed[0]) << "dx";
+  EXPECT_EQ(kept[1], recomputed[1]) << "the base's gradients";
+  EXPECT_EQ(kept[2], recomputed[2]) << "the adapters' gradients";
+  EXPECT_NE(kept[2], std::vector<double>(kept[2].size(), 0.0));
+}
+
 TEST(LoraLinear, FrozenBaseHasNoWeightGradientButTheSameInputGradient) {
   Holder base("base");
   nn::Linear linear(base, "proj", 5, 7, nn::Bias::kWith);
-  Tensor v = filled(base.flat_numel(), 5), g = Tensor::zeros({base.flat_numel()}, DType::f32,
-                                                            Device::cpu());
+  Tensor v = filled(base.flat_numel(), 5),
+         g = Tensor::zeros({base.flat_numel()}, DType::f32, Device::cpu());
   const Tensor x = filled(3 * 5, 6).reshape({3, 5}), G = filled(3 * 7, 7).reshape({3, 7});
   nn::Context ctx;
   Tensor dx_trained = Tensor::empty({3, 5}, DType::f32, Device::cpu());
@@ -146,7 +184,9 @@ LoraRun train_lora(int stage, bool offload, bool only_optimize, const std::strin
   nn::Transformer model(*mc);
   LoraRun out;
   out.base_units = model.units().size();
-  EXPECT_TRUE(tasks::lora_apply(model, {.r = 4, .alpha = 8.0f, .dropout = 0.1f,
+  EXPECT_TRUE(tasks::lora_apply(model, {.r = 4,
+                                        .alpha = 8.0f,
+                                        .dropout = 0.1f,
                                         .modules = {"q_proj", "v_proj", "down_proj"},
                                         .only_optimize = only_optimize})
                   .is_ok());
@@ -216,8 +256,8 @@ TEST(Lora, AdaptersStartFromTheBaseFunction) {
     }
     auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 5});
     ASSERT_TRUE(e.is_ok());
-    auto loss = (*e)->forward(testing::random_ints({2, 16}, 257, 1),
-                              testing::random_ints({2, 16}, 257, 2));
+    auto loss =
+        (*e)->forward(testing::random_ints({2, 16}, 257, 1), testing::random_ints({2, 16}, 257, 2));
     ASSERT_TRUE(loss.is_ok());
     losses.push_back(*loss);
   }
@@ -273,8 +313,9 @@ TEST(Lora, MergedExportIsWPlusScaledBAAndTheAdapterIsPeftShaped) {
       int64_t row0, rows;
       bool adapted;
     };
-    for (const Part& part : {Part{"q_proj", 0, q_rows, true}, Part{"k_proj", q_rows, kv_rows, false},
-                             Part{"v_proj", q_rows + kv_rows, kv_rows, true}}) {
+    for (const Part& part :
+         {Part{"q_proj", 0, q_rows, true}, Part{"k_proj", q_rows, kv_rows, false},
+          Part{"v_proj", q_rows + kv_rows, kv_rows, true}}) {
       const auto& got = merged.at(fmt::format("model.{}self_attn.{}.weight", p, part.name));
       ASSERT_EQ(static_cast<int64_t>(got.size()), part.rows * C);
       std::vector<float> A, B;
@@ -290,7 +331,8 @@ TEST(Lora, MergedExportIsWPlusScaledBAAndTheAdapterIsPeftShaped) {
           double want = qkv[static_cast<size_t>((part.row0 + r) * C + c)];
           if (part.adapted) {
             double d = 0;
-            for (int k = 0; k < 4; ++k) d += double{B[static_cast<size_t>(r * 4 + k)]} * A[static_cast<size_t>(k * C + c)];
+            for (int k = 0; k < 4; ++k)
+              d += double{B[static_cast<size_t>(r * 4 + k)]} * A[static_cast<size_t>(k * C + c)];
             want += scale * d;
           }
           ASSERT_NEAR(got[static_cast<size_t>(r * C + c)], want, 1e-6) << part.name << " " << r;
@@ -344,9 +386,10 @@ namespace {
 TEST(Lora, FreezingTheBaseLeavesTheAdaptersGradientsAlone) {
   auto mc = nn::model_config_named("llama-tiny");
   ASSERT_TRUE(mc.is_ok());
-  auto cfg = config_parse(R"({"train_micro_batch_size_per_gpu": 2, "zero_allow_untested_optimizer": true,
+  auto cfg =
+      config_parse(R"({"train_micro_batch_size_per_gpu": 2, "zero_allow_untested_optimizer": true,
       "optimizer": {"type": "SGD", "params": {"lr": 0.5}}})",
-                          "test", 1);
+                   "test", 1);
   ASSERT_TRUE(cfg.is_ok()) << cfg.status().message();
   std::vector<std::vector<double>> adapters;
   for (bool only : {false, true}) {
@@ -355,8 +398,8 @@ TEST(Lora, FreezingTheBaseLeavesTheAdaptersGradientsAlone) {
     ASSERT_TRUE(tasks::lora_apply(model, {.r = 4, .alpha = 8.0f, .only_optimize = only}).is_ok());
     auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 5});
     ASSERT_TRUE(e.is_ok());
-    auto loss = (*e)->forward(testing::random_ints({2, 16}, 257, 1),
-                              testing::random_ints({2, 16}, 257, 2));
+    auto loss =
+        (*e)->forward(testing::random_ints({2, 16}, 257, 1), testing::random_ints({2, 16}, 257, 2));
     ASSERT_TRUE(loss.is_ok());
     ASSERT_TRUE((*e)->backward(*loss).is_ok());
     ASSERT_TRUE((*e)->step().is_ok());

@@ -237,6 +237,8 @@ void Attention::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in
 
 void Attention::release() {
   atty_ = qkv_full_ = lse_ = qkvr_ = att_ = Tensor();
+  qkv_.release();
+  out_.release();
 }
 
 }  // namespace zt::nn

@@ -35,12 +35,16 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, const Tensor* residual) co
   } else {
     kernels::matmul_forward(y, x2, weight_->value, b, ctx.stream);
   }
-  for (const LoraAdapter& a : adapters_) {
+  const bool keep = ctx.mode == Mode::kTrain && !adapters_.empty();
+  saved_u_.assign(keep ? adapters_.size() : 0, Tensor());
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    const LoraAdapter& a = adapters_[i];
     const Tensor h = adapter_input(ctx, a, x2);
     Tensor u = Tensor::empty({N, a.a->shape[0]}, ctx.compute_dtype, ctx.device, ctx.stream);
     kernels::matmul_forward(u, h, a.a->value, nullptr, ctx.stream);
     // y[:, rows] += scale u B^T, straight into the block of the fused output.
     kernels::matmul_cols_forward(y, u, a.b->value, a.row0, a.scale, ctx.stream);
+    if (keep) saved_u_[i] = u;
   }
   return y;
 }
@@ -58,16 +62,23 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
   kernels::matmul_backward(din != nullptr ? &din2 : nullptr, no_dweight, bias_grad(s), dout2, x2,
                            weight_->value, s);
   weight_grad(dout2, x2, s);
-  for (const LoraAdapter& a : adapters_) {
-    // With g = scale * dout[:, rows] (read in place, never copied) and u = h A^T (recomputed:
-    // r values a row): du = g B, dB += g^T u; dA += du^T h, dx += dropout(du A).
+  for (size_t i = 0; i < adapters_.size(); ++i) {
+    // With g = scale * dout[:, rows] (read in place, never copied) and u = h A^T (forward's, or
+    // recomputed where forward kept none): du = g B, dB += g^T u; dA += du^T h,
+    // dx += dropout(du A).
+    const LoraAdapter& a = adapters_[i];
     const Tensor h = adapter_input(ctx, a, x2);
     const int64_t r = a.a->shape[0];
-    Tensor u = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
-    kernels::matmul_forward(u, h, a.a->value, nullptr, s);
+    Tensor u;
+    if (i < saved_u_.size() && saved_u_[i].defined() && saved_u_[i].size(0) == N) {
+      u = saved_u_[i];
+    } else {
+      u = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
+      kernels::matmul_forward(u, h, a.a->value, nullptr, s);
+    }
     Tensor du = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
-    kernels::matmul_cols_backward(&du, grad_for_add(*a.b, s), dout2, a.row0, a.scale, u,
-                                  a.b->value, /*din_accumulate=*/false, s);
+    kernels::matmul_cols_backward(&du, grad_for_add(*a.b, s), dout2, a.row0, a.scale, u, a.b->value,
+                                  /*din_accumulate=*/false, s);
     Tensor& da = grad_for_add(*a.a, s);
     if (din == nullptr) {
       kernels::matmul_backward(nullptr, da, nullptr, du, h, a.a->value, s);
@@ -83,6 +94,7 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
                                     /*din_accumulate=*/true, s);
     }
   }
+  saved_u_.clear();
 }
 
 Tensor Linear::forward_act(Context& ctx, const Tensor& x, kernels::Activation act,
@@ -106,9 +118,8 @@ void Linear::backward_act(Context& ctx, const Tensor& dout, const Tensor& x, con
   Tensor dpre2 = dpre_in.reshape(as_rows(dpre_in, in_));
   const Tensor dout2 = dout.reshape(as_rows(dout, out_));
   Tensor no_dweight;
-  kernels::matmul_backward_act(dpre2, no_dweight, bias_grad(ctx.stream), dout2, x2,
-                               weight_->value, pre_in.reshape(as_rows(pre_in, in_)), act,
-                               ctx.stream);
+  kernels::matmul_backward_act(dpre2, no_dweight, bias_grad(ctx.stream), dout2, x2, weight_->value,
+                               pre_in.reshape(as_rows(pre_in, in_)), act, ctx.stream);
   weight_grad(dout2, x2, ctx.stream);
 }
 

@@ -55,6 +55,9 @@ class Linear {
   // din (N, in) is written when not null; the parameters' gradients accumulate (those of a
   // frozen unit, unbound, are skipped). `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const;
+  // Drops what a training forward kept for backward (each adapter's u = h A^T); backward drops it
+  // too. The layer that owns this Linear calls it where it drops its own activations.
+  void release() const { saved_u_.clear(); }
 
   // With an activation fused into the GEMM (kernels::matmul_act_forward and
   // matmul_backward_act), for layers without adapters (fusable()): forward_act returns act(y)
@@ -73,6 +76,9 @@ class Linear {
   Param* weight_;
   Param* bias_ = nullptr;
   std::vector<LoraAdapter> adapters_;
+  // Per adapter, u = h A^T (N, r) of the last training forward, which backward reads instead of
+  // recomputing it (a GEMM over the whole input for r values a row).
+  mutable std::vector<Tensor> saved_u_;
   bool row_parallel_ = false;
   // The bias forward adds on this rank (null: none here).
   const Tensor* forward_bias(const Context& ctx) const {

@@ -46,6 +46,8 @@ class Mlp {
   void release() {
     h_ = Tensor();
     a_ = Tensor();
+    up_.release();
+    down_.release();
   }
 
  private:
