@@ -50,20 +50,31 @@ double dot(const Tensor& a, const Tensor& b) {
   return s;
 }
 
-// y = Linear(x) with two adapters (one on rows [3, 7) of 9, with dropout; one on all rows); the
-// loss is sum(y * G). Gradients of W, A, B and x against central differences.
+// A Linear (6 -> 9, with bias) and two rank-2 adapters: one on rows [3, 7) with dropout 0.25
+// (salt 11), one on all rows without. The base's and the adapters' parameters in their own units.
+struct AdaptedLinear {
+  static constexpr int64_t kIn = 6, kOut = 9, kRank = 2;
+  Holder base{"base"}, adapters{"adapters"};
+  nn::Linear linear{base, "proj", kIn, kOut, nn::Bias::kWith};
+  AdaptedLinear() {
+    nn::Param& a1 = adapters.add_param("a1", {kRank, kIn}, nn::ParamInit::kNormal);
+    nn::Param& b1 = adapters.add_param("b1", {4, kRank}, nn::ParamInit::kNormal);
+    nn::Param& a2 = adapters.add_param("a2", {kRank, kIn}, nn::ParamInit::kNormal);
+    nn::Param& b2 = adapters.add_param("b2", {kOut, kRank}, nn::ParamInit::kNormal);
+    linear.add_adapter(
+        {.a = &a1, .b = &b1, .row0 = 3, .rows = 4, .scale = 0.7f, .dropout = 0.25f, .salt = 11});
+    linear.add_adapter(
+        {.a = &a2, .b = &b2, .row0 = 0, .rows = kOut, .scale = 1.5f, .dropout = 0.0f, .salt = 12});
+  }
+};
+
+// y = Linear(x) with the two adapters; the loss is sum(y * G). Gradients of W, A, B and x against
+// central differences.
 TEST(LoraLinear, GradientsMatchFiniteDifferences) {
-  constexpr int64_t kIn = 6, kOut = 9, kRank = 2, kRows = 8;
-  Holder base("base"), adapters("adapters");
-  nn::Linear linear(base, "proj", kIn, kOut, nn::Bias::kWith);
-  nn::Param& a1 = adapters.add_param("a1", {kRank, kIn}, nn::ParamInit::kNormal);
-  nn::Param& b1 = adapters.add_param("b1", {4, kRank}, nn::ParamInit::kNormal);
-  nn::Param& a2 = adapters.add_param("a2", {kRank, kIn}, nn::ParamInit::kNormal);
-  nn::Param& b2 = adapters.add_param("b2", {kOut, kRank}, nn::ParamInit::kNormal);
-  linear.add_adapter(
-      {.a = &a1, .b = &b1, .row0 = 3, .rows = 4, .scale = 0.7f, .dropout = 0.25f, .salt = 11});
-  linear.add_adapter(
-      {.a = &a2, .b = &b2, .row0 = 0, .rows = kOut, .scale = 1.5f, .dropout = 0.0f, .salt = 12});
+  AdaptedLinear al;
+  Holder &base = al.base, &adapters = al.adapters;
+  nn::Linear& linear = al.linear;
+  constexpr int64_t kIn = AdaptedLinear::kIn, kOut = AdaptedLinear::kOut, kRows = 8;
   Tensor base_v = filled(base.flat_numel(), 1),
          base_g = Tensor::zeros({base.flat_numel()}, DType::f32, Device::cpu());
   Tensor ad_v = filled(adapters.flat_numel(), 2),
@@ -108,20 +119,13 @@ TEST(LoraLinear, GradientsMatchFiniteDifferences) {
   check(x, dx, "x");
 }
 
-// A frozen base skips its weight gradients but still passes the input gradient on.
 // A training forward keeps each adapter's u = h A^T for backward; backward after release() (what
 // a block's release_activations does) recomputes it. Both must give the same bits.
 TEST(LoraLinear, KeptAdapterProjectionGivesTheRecomputedGradients) {
-  constexpr int64_t kIn = 6, kOut = 9, kRank = 2, kRows = 8;
-  Holder base("base"), adapters("adapters");
-  nn::Linear linear(base, "proj", kIn, kOut, nn::Bias::kWith);
-  nn::Param& a1 = adapters.add_param("a1", {kRank, kIn}, nn::ParamInit::kNormal);
-  nn::Param& b1 = adapters.add_param("b1", {4, kRank}, nn::ParamInit::kNormal);
-  nn::Param& a2 = adapters.add_param("a2", {kRank, kIn}, nn::ParamInit::kNormal);
-  nn::Param& b2 = adapters.add_param("b2", {kOut, kRank}, nn::ParamInit::kNormal);
-  linear.add_adapter(
-      {.a = &a1, .b = &b1, .row0 = 3, .rows = 4, .scale = 0.7f, .dropout = 0.25f, .salt = 11});
-  linear.add_adapter({.a = &a2, .b = &b2, .row0 = 0, .rows = kOut, .scale = 1.5f});
+  AdaptedLinear al;
+  Holder &base = al.base, &adapters = al.adapters;
+  nn::Linear& linear = al.linear;
+  constexpr int64_t kIn = AdaptedLinear::kIn, kOut = AdaptedLinear::kOut, kRows = 8;
   const Tensor base_v = filled(base.flat_numel(), 1), ad_v = filled(adapters.flat_numel(), 2);
   const Tensor x = filled(kRows * kIn, 3).reshape({kRows, kIn});
   const Tensor G = filled(kRows * kOut, 4).reshape({kRows, kOut});
@@ -147,6 +151,7 @@ TEST(LoraLinear, KeptAdapterProjectionGivesTheRecomputedGradients) {
   EXPECT_NE(kept[2], std::vector<double>(kept[2].size(), 0.0));
 }
 
+// A frozen base skips its weight gradients but still passes the input gradient on.
 TEST(LoraLinear, FrozenBaseHasNoWeightGradientButTheSameInputGradient) {
   Holder base("base");
   nn::Linear linear(base, "proj", 5, 7, nn::Bias::kWith);

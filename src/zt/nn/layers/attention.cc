@@ -105,15 +105,11 @@ Tensor Attention::forward(Context& ctx, const Tensor& x_in, const Tensor* residu
   atty_ = Tensor::empty({B, T, A}, dt, ctx.device, s);
   flash_expanded_ = flash_ && expanded() && !gqa_in_place();
   if (flash_expanded_) {
-    // ZT_ATTENTION_GQA=expand: rotary and the kv heads' repetition into a multi-head copy that
-    // the fused kernels read (the previous path, kept for A/B and as a fallback).
-    Tensor full = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
-    const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
-    const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
-    kernels::qkv_expand_forward(full, qkv, NH, KV, cos, sin, 0, s);
-    qkv_full_ = full;
+    // ZT_ATTENTION_GQA=expand: the fused kernels read a multi-head copy (the previous path, kept
+    // for A/B and as a fallback).
+    qkv_full_ = expand(ctx, qkv);
     lse_ = Tensor::empty({B, NH, T}, DType::f32, ctx.device, s);
-    kernels::flash_attention_forward(atty_, lse_, full, NH, config_.kind, s);
+    kernels::flash_attention_forward(atty_, lse_, qkv_full_, NH, config_.kind, s);
   } else if (flash_) {
     // The fused kernels read the kv heads in place: rotary rotates q and k where they are (the
     // projection's output is this layer's own), and the rotated q/k/v is what backward reads.
@@ -125,15 +121,9 @@ Tensor Attention::forward(Context& ctx, const Tensor& x_in, const Tensor* residu
     lse_ = Tensor::empty({B, NH, T}, DType::f32, ctx.device, s);
     kernels::gqa_attention_forward(atty_, lse_, qkv, NH, KV, config_.kind, s);
   } else {
-    if (expanded()) {
-      // Rotary and the kv heads' repetition in one pass, into the multi-head layout the unfused
-      // kernels read (backward needs only the same tables, not this input).
-      Tensor full = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
-      const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
-      const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
-      kernels::qkv_expand_forward(full, qkv, NH, KV, cos, sin, 0, s);
-      qkv = full;
-    }
+    // The unfused kernels read the multi-head layout (backward needs only the rotary tables,
+    // not this copy).
+    if (expanded()) qkv = expand(ctx, qkv);
     qkvr_ = Tensor::empty({3, B, NH, T, HS}, dt, ctx.device, s);
     att_ = Tensor::empty({B, NH, T, T}, dt, ctx.device, s);
     kernels::attention_forward(atty_, qkvr_, att_, qkv, NH, config_.kind, mask, s);
@@ -201,10 +191,7 @@ void Attention::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in
   if (flash_expanded_) {
     Tensor dfull = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
     kernels::flash_attention_backward(dfull, datty, qkv_full_, atty_, lse_, NH, config_.kind, s);
-    dqkv = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
-    const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
-    const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
-    kernels::qkv_expand_backward(dqkv, dfull, NH, KV, cos, sin, 0, s);
+    dqkv = expand_backward(ctx, dfull);
   } else if (flash_) {
     dqkv = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
     kernels::gqa_attention_backward(dqkv, datty, qkv_full_, atty_, lse_, NH, KV, config_.kind, s);
@@ -215,13 +202,7 @@ void Attention::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in
   } else {
     dqkv = Tensor::empty({B, T, 3 * A}, dt, ctx.device, s);
     kernels::attention_backward(dqkv, datty, qkvr_, att_, NH, config_.kind, s);
-    if (expanded()) {
-      Tensor draw = Tensor::empty({B, T, qkv_.out_features()}, dt, ctx.device, s);
-      const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
-      const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
-      kernels::qkv_expand_backward(draw, dqkv, NH, KV, cos, sin, 0, s);
-      dqkv = draw;
-    }
+    if (expanded()) dqkv = expand_backward(ctx, dqkv);
   }
   // (each rank's heads gave part of the input's gradient)
   if (sp) {
@@ -233,6 +214,26 @@ void Attention::backward(Context& ctx, const Tensor& dout_in, const Tensor& x_in
     tp_all_reduce(ctx, dx);
   }
   release();
+}
+
+Tensor Attention::expand(Context& ctx, const Tensor& qkv) const {
+  const Stream& s = ctx.stream;
+  Tensor full = Tensor::empty({qkv.size(0), qkv.size(1), 3 * config_.n_heads * config_.head_dim},
+                              ctx.compute_dtype, ctx.device, s);
+  const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+  const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+  kernels::qkv_expand_forward(full, qkv, config_.n_heads, config_.n_kv_heads, cos, sin, 0, s);
+  return full;
+}
+
+Tensor Attention::expand_backward(Context& ctx, const Tensor& dfull) const {
+  const Stream& s = ctx.stream;
+  Tensor draw = Tensor::empty({dfull.size(0), dfull.size(1), qkv_.out_features()},
+                              ctx.compute_dtype, ctx.device, s);
+  const Tensor* cos = rotary_ != nullptr ? &rotary_->cos(ctx.device, s) : nullptr;
+  const Tensor* sin = rotary_ != nullptr ? &rotary_->sin(ctx.device, s) : nullptr;
+  kernels::qkv_expand_backward(draw, dfull, config_.n_heads, config_.n_kv_heads, cos, sin, 0, s);
+  return draw;
 }
 
 void Attention::release() {

@@ -58,6 +58,10 @@ class Attention {
                         const Tensor* residual);
   // Whether the unfused path expands the projection first (rotary, kv heads repeated).
   bool expanded() const { return rotary_ != nullptr || config_.n_kv_heads != config_.n_heads; }
+  // Rotary and the kv heads' repetition in one pass: the projection's (B,T,(NH+2KV)HS) output
+  // as the multi-head (B,T,3 NH HS) copy the expanded paths read, and its gradient's way back.
+  Tensor expand(Context& ctx, const Tensor& qkv) const;
+  Tensor expand_backward(Context& ctx, const Tensor& dfull) const;
   AttentionConfig config_;
   Rotary* rotary_;
   Linear qkv_, out_;
