@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -54,41 +55,54 @@ TEST(LoraOpsCuda, DropoutMatchesCpuBitExact) {
   }
 }
 
-// The column-block GEMMs (a strided C, A read with a row stride) against the CPU's.
+// The column-block GEMMs (a strided C, A read with a row stride) against the CPU's; `in` (and
+// din) either (N, K) or a wider (N, W) used at columns [in_col0, in_col0+K) (adapters' u side by
+// side), din's other columns untouched.
 TEST(LoraOpsCuda, MatmulColsMatchCpu) {
   ZT_SKIP_WITHOUT_CUDA();
   const int64_t N = 37, K = 48, M = 80, Y = 208, col0 = 64;
   const float alpha = 0.5f;
-  Tensor x = exact_tensor({N, K}, 2401);
-  Tensor w = exact_tensor({M, K}, 2402, 0.5);
-  Tensor wide = exact_tensor({N, Y}, 2403);
-  Tensor out_ref = wide.clone();
-  kernels::matmul_cols_forward(out_ref, x, w, col0, alpha);
-  Tensor din0 = exact_tensor({N, K}, 2404);
-  Tensor din_ref = din0.clone();
-  Tensor dw_ref = Tensor::zeros({M, K}, DType::f32);
-  kernels::matmul_cols_backward(&din_ref, dw_ref, wide, col0, alpha, x, w, true);
-  for (const DtypeCase& d : kComputeDtypes) {
-    SCOPED_TRACE(d.name);
-    Tensor out_d = to_cuda(wide, d.dtype);
-    kernels::matmul_cols_forward(out_d, to_cuda(x, d.dtype), to_cuda(w, d.dtype), col0, alpha);
-    expect_close(values(out_d), values(out_ref), 2 * d.rtol * std::sqrt(double(K)), 2 * d.rtol,
-                 "out");
-    // Columns outside the block are untouched, bit for bit.
-    const std::vector<double> got = values(out_d), before = values(to_cuda(wide, d.dtype));
-    for (int64_t i = 0; i < N; ++i) {
-      for (int64_t j = 0; j < Y; ++j) {
-        if (j >= col0 && j < col0 + M) continue;
-        ASSERT_EQ(got[i * Y + j], before[i * Y + j]) << "row " << i << " column " << j;
+  for (const auto& [W, c0] : {std::pair<int64_t, int64_t>{K, 0}, {K + 32, 16}, {K + 32, 32}}) {
+    SCOPED_TRACE("in (N, " + std::to_string(W) + ") from column " + std::to_string(c0));
+    Tensor x = exact_tensor({N, W}, 2401);
+    Tensor w = exact_tensor({M, K}, 2402, 0.5);
+    Tensor wide = exact_tensor({N, Y}, 2403);
+    Tensor out_ref = wide.clone();
+    kernels::matmul_cols_forward(out_ref, x, w, col0, alpha, c0);
+    Tensor din0 = exact_tensor({N, W}, 2404);
+    Tensor din_ref = din0.clone();
+    Tensor dw_ref = Tensor::zeros({M, K}, DType::f32);
+    kernels::matmul_cols_backward(&din_ref, dw_ref, wide, col0, alpha, x, w, true, c0);
+    for (const DtypeCase& d : kComputeDtypes) {
+      SCOPED_TRACE(d.name);
+      Tensor out_d = to_cuda(wide, d.dtype);
+      kernels::matmul_cols_forward(out_d, to_cuda(x, d.dtype), to_cuda(w, d.dtype), col0, alpha,
+                                   c0);
+      expect_close(values(out_d), values(out_ref), 2 * d.rtol * std::sqrt(double(K)), 2 * d.rtol,
+                   "out");
+      // Columns outside the block are untouched, bit for bit.
+      const std::vector<double> got = values(out_d), before = values(to_cuda(wide, d.dtype));
+      for (int64_t i = 0; i < N; ++i) {
+        for (int64_t j = 0; j < Y; ++j) {
+          if (j >= col0 && j < col0 + M) continue;
+          ASSERT_EQ(got[i * Y + j], before[i * Y + j]) << "row " << i << " column " << j;
+        }
+      }
+      Tensor din_d = to_cuda(din0, d.dtype);
+      Tensor dw_d = Tensor::zeros({M, K}, DType::f32, Device::cuda(0));
+      kernels::matmul_cols_backward(&din_d, dw_d, to_cuda(wide, d.dtype), col0, alpha,
+                                    to_cuda(x, d.dtype), to_cuda(w, d.dtype), true, c0);
+      expect_close(values(din_d), values(din_ref), 4 * d.rtol * std::sqrt(double(M)), 2 * d.rtol,
+                   "din");
+      expect_close(values(dw_d), values(dw_ref), 1e-2 * std::sqrt(double(N)), 1e-4, "dweight");
+      const std::vector<double> din_got = values(din_d), din_before = values(to_cuda(din0, d.dtype));
+      for (int64_t i = 0; i < N; ++i) {
+        for (int64_t k = 0; k < W; ++k) {
+          if (k >= c0 && k < c0 + K) continue;
+          ASSERT_EQ(din_got[i * W + k], din_before[i * W + k]) << "din row " << i << " column " << k;
+        }
       }
     }
-    Tensor din_d = to_cuda(din0, d.dtype);
-    Tensor dw_d = Tensor::zeros({M, K}, DType::f32, Device::cuda(0));
-    kernels::matmul_cols_backward(&din_d, dw_d, to_cuda(wide, d.dtype), col0, alpha,
-                                  to_cuda(x, d.dtype), to_cuda(w, d.dtype), true);
-    expect_close(values(din_d), values(din_ref), 4 * d.rtol * std::sqrt(double(M)), 2 * d.rtol,
-                 "din");
-    expect_close(values(dw_d), values(dw_ref), 1e-2 * std::sqrt(double(N)), 1e-4, "dweight");
   }
 }
 

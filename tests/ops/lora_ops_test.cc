@@ -44,53 +44,65 @@ void expect_equal(const std::vector<double>& actual, const std::vector<double>& 
 }
 
 // matmul_cols_forward / matmul_cols_backward against plain f64 loops: the block [col0, col0+M) of
-// a wide (N, Y) matrix, the other columns untouched, din written or accumulated.
+// a wide (N, Y) matrix, the other columns untouched, din written or accumulated; `in` (and din)
+// either (N, K) or a wider (N, W) read and written at columns [in_col0, in_col0+K) only.
 TEST(MatmulCols, ForwardAndBackwardEqualPlainLoops) {
   constexpr int64_t N = 7, K = 5, M = 11, Y = 29;
   const float alpha = 0.625f;
-  for (DType dt : {DType::f32, DType::f64}) {
-    for (int64_t col0 : {int64_t{0}, int64_t{9}, Y - M}) {
-      SCOPED_TRACE(std::string(dtype_name(dt)) + " col0 " + std::to_string(col0));
-      Tensor x = exact_tensor({N, K}, dt, 31);
-      Tensor w = exact_tensor({M, K}, dt, 32);
-      Tensor wide = exact_tensor({N, Y}, dt, 33);
-      const std::vector<double> xv = x.to_doubles(), wv = w.to_doubles(), yv = wide.to_doubles();
-      std::vector<double> fwd = yv;
-      for (int64_t i = 0; i < N; ++i) {
-        for (int64_t j = 0; j < M; ++j) {
-          double t = 0;
-          for (int64_t k = 0; k < K; ++k) t += xv[i * K + k] * wv[j * K + k];
-          fwd[i * Y + col0 + j] += double{alpha} * t;
-        }
-      }
-      Tensor out = wide.clone();
-      kernels::matmul_cols_forward(out, x, w, col0, alpha);
-      expect_close(out.to_doubles(), fwd, 1e-6, 1e-6, "matmul_cols_forward");
-      // Backward with the wide matrix as dout.
-      std::vector<double> din(N * K, 0.0), dw(M * K, 0.0);
-      for (int64_t i = 0; i < N; ++i) {
-        for (int64_t j = 0; j < M; ++j) {
-          const double g = double{alpha} * yv[i * Y + col0 + j];
-          for (int64_t k = 0; k < K; ++k) {
-            din[i * K + k] += g * wv[j * K + k];
-            dw[j * K + k] += g * xv[i * K + k];
+  struct InBlock {
+    int64_t W, in_col0;
+  };
+  for (const InBlock ib : {InBlock{K, 0}, InBlock{K + 6, 0}, InBlock{K + 6, 4}, InBlock{K + 6, 6}}) {
+    const int64_t W = ib.W, c0 = ib.in_col0;
+    for (DType dt : {DType::f32, DType::f64}) {
+      for (int64_t col0 : {int64_t{0}, int64_t{9}, Y - M}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " col0 " + std::to_string(col0) + " in (N, " +
+                     std::to_string(W) + ") from column " + std::to_string(c0));
+        Tensor x = exact_tensor({N, W}, dt, 31);
+        Tensor w = exact_tensor({M, K}, dt, 32);
+        Tensor wide = exact_tensor({N, Y}, dt, 33);
+        const std::vector<double> xv = x.to_doubles(), wv = w.to_doubles(), yv = wide.to_doubles();
+        std::vector<double> fwd = yv;
+        for (int64_t i = 0; i < N; ++i) {
+          for (int64_t j = 0; j < M; ++j) {
+            double t = 0;
+            for (int64_t k = 0; k < K; ++k) t += xv[i * W + c0 + k] * wv[j * K + k];
+            fwd[i * Y + col0 + j] += double{alpha} * t;
           }
         }
+        Tensor out = wide.clone();
+        kernels::matmul_cols_forward(out, x, w, col0, alpha, c0);
+        expect_close(out.to_doubles(), fwd, 1e-6, 1e-6, "matmul_cols_forward");
+        // Backward with the wide matrix as dout; din's columns outside the block keep their values.
+        std::vector<double> din(N * W, 0.0), dw(M * K, 0.0);
+        for (int64_t i = 0; i < N; ++i) {
+          for (int64_t j = 0; j < M; ++j) {
+            const double g = double{alpha} * yv[i * Y + col0 + j];
+            for (int64_t k = 0; k < K; ++k) {
+              din[i * W + c0 + k] += g * wv[j * K + k];
+              dw[j * K + k] += g * xv[i * W + c0 + k];
+            }
+          }
+        }
+        Tensor din_t = exact_tensor({N, W}, dt, 34);  // accumulated into
+        const std::vector<double> din0 = din_t.to_doubles();
+        Tensor dw_t = exact_tensor({M, K}, dt, 35);
+        const std::vector<double> dw0 = dw_t.to_doubles();
+        kernels::matmul_cols_backward(&din_t, dw_t, wide, col0, alpha, x, w, true, c0);
+        std::vector<double> din_acc = din, dw_acc = dw;
+        for (size_t i = 0; i < din.size(); ++i) din_acc[i] += din0[i];
+        for (size_t i = 0; i < dw.size(); ++i) dw_acc[i] += dw0[i];
+        expect_close(din_t.to_doubles(), din_acc, 1e-6, 1e-6, "din accumulated");
+        expect_close(dw_t.to_doubles(), dw_acc, 1e-6, 1e-6, "dweight");
+        Tensor din_w = exact_tensor({N, W}, dt, 36);
+        std::vector<double> din_written = din_w.to_doubles();
+        for (int64_t i = 0; i < N; ++i) {
+          for (int64_t k = 0; k < K; ++k) din_written[i * W + c0 + k] = din[i * W + c0 + k];
+        }
+        Tensor frozen;
+        kernels::matmul_cols_backward(&din_w, frozen, wide, col0, alpha, x, w, false, c0);
+        expect_close(din_w.to_doubles(), din_written, 1e-6, 1e-6, "din written");
       }
-      Tensor din_t = exact_tensor({N, K}, dt, 34);  // accumulated into
-      const std::vector<double> din0 = din_t.to_doubles();
-      Tensor dw_t = exact_tensor({M, K}, dt, 35);
-      const std::vector<double> dw0 = dw_t.to_doubles();
-      kernels::matmul_cols_backward(&din_t, dw_t, wide, col0, alpha, x, w, true);
-      std::vector<double> din_acc = din, dw_acc = dw;
-      for (size_t i = 0; i < din.size(); ++i) din_acc[i] += din0[i];
-      for (size_t i = 0; i < dw.size(); ++i) dw_acc[i] += dw0[i];
-      expect_close(din_t.to_doubles(), din_acc, 1e-6, 1e-6, "din accumulated");
-      expect_close(dw_t.to_doubles(), dw_acc, 1e-6, 1e-6, "dweight");
-      Tensor din_w = exact_tensor({N, K}, dt, 36);
-      Tensor frozen;
-      kernels::matmul_cols_backward(&din_w, frozen, wide, col0, alpha, x, w, false);
-      expect_close(din_w.to_doubles(), din, 1e-6, 1e-6, "din written");
     }
   }
 }

@@ -132,6 +132,17 @@ Tensor Tensor::view(int64_t elem_offset, const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::extend(const Shape& shape) const {
+  ZT_ASSERT(defined(), "extend of an undefined tensor");
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype_);
+  ZT_ASSERT(offset_bytes_ + bytes <= storage_->nbytes,
+            "extend to {} ({} bytes) from byte {} passes the end of its storage ({} bytes)",
+            shape.str(), bytes, offset_bytes_, storage_->nbytes);
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
   ZT_ASSERT(shape.numel() == numel(), "reshape {} -> {}", shape_.str(), shape.str());
   Tensor t = *this;

@@ -76,6 +76,10 @@ class Tensor {
 
   // A view of `shape.numel()` elements starting `elem_offset` elements into this tensor.
   Tensor view(int64_t elem_offset, const Shape& shape) const;
+  // A view of `shape` starting where this tensor starts and reaching past its end into the same
+  // storage, bounded by the storage (parameters that lie back to back in one flat buffer, read
+  // as one matrix).
+  Tensor extend(const Shape& shape) const;
   // Same elements, another shape (numel must match).
   Tensor reshape(const Shape& shape) const;
   // Rows [begin, end) of dimension 0.

@@ -8,6 +8,7 @@
 
 #include "zt/kernels/cpu/blas_gemm.h"
 #include "zt/kernels/cpu/cpu_ops.h"
+#include "zt/kernels/matmul_cols.h"
 
 namespace zt::kernels::cpu {
 namespace {
@@ -167,64 +168,52 @@ void matmul_weight_grad(Tensor& dweight, const Tensor& dout, const Tensor& in, A
 
 namespace {
 
-// (N, K, M, Y) of a column-block matmul: in (N,K), weight (M,K), wide (N,Y) with col0 + M <= Y.
-struct ColsDims {
-  int64_t N, K, M, Y;
-};
-ColsDims cols_dims(const Tensor& in, const Tensor& weight, const Tensor& wide, int64_t col0,
-                   const char* op, const char* wide_name) {
-  ZT_ASSERT(weight.ndim() == 2 && weight.size(1) > 0, "{}: weight {} must be (M,K)", op,
-            weight.shape().str());
-  const int64_t M = weight.size(0), K = weight.size(1);
-  ZT_ASSERT(in.ndim() >= 1 && in.size(-1) == K, "{}: in {} does not end in K = {}", op,
-            in.shape().str(), K);
-  const int64_t N = in.numel() / K;
-  ZT_ASSERT(wide.ndim() >= 1 && wide.numel() == N * wide.size(-1),
-            "{}: {} {} is not (N, Y), N = {}", op, wide_name, wide.shape().str(), N);
-  const int64_t Y = wide.size(-1);
-  ZT_ASSERT(col0 >= 0 && col0 + M <= Y, "{}: columns [{}, {}) are outside {} {}", op, col0,
-            col0 + M, wide_name, wide.shape().str());
+// kernels/matmul_cols.h's checks, and the dimensions within BLAS's int.
+ColsDims blas_cols_dims(const Tensor& in, const Tensor& weight, const Tensor& wide, int64_t col0,
+                        int64_t in_col0, const char* op, const char* wide_name) {
+  const ColsDims d = cols_dims(in, weight, wide, col0, in_col0, op, wide_name);
   constexpr int64_t kMax = std::numeric_limits<blasint>::max();
-  ZT_ASSERT(N <= kMax && Y <= kMax && K <= kMax, "{}: dims exceed BLAS int", op);
-  return {N, K, M, Y};
+  ZT_ASSERT(d.N <= kMax && d.Y <= kMax && d.W <= kMax, "{}: dims exceed BLAS int", op);
+  return d;
 }
 
 }  // namespace
 
 void matmul_cols_forward(Tensor& out, const Tensor& in, const Tensor& weight, int64_t col0,
-                         float alpha, const Stream& s) {
+                         float alpha, int64_t in_col0, const Stream& s) {
   const char* op = "matmul_cols_forward";
   ZT_ASSERT(out.device().is_cpu() && in.device().is_cpu() && weight.device().is_cpu(),
             "{} (cpu): all tensors must be on the CPU", op);
-  const ColsDims d = cols_dims(in, weight, out, col0, op, "out");
+  const ColsDims d = blas_cols_dims(in, weight, out, col0, in_col0, op, "out");
   const DType dt = in.dtype();
   ZT_ASSERT(out.dtype() == dt && weight.dtype() == dt && (dt == DType::f32 || dt == DType::f64),
             "{}: out, in and weight must share the CPU compute dtype f32 or f64", op);
   if (d.N == 0 || d.M == 0) return;
   if (dt == DType::f32) {
-    gemm(CblasNoTrans, CblasTrans, d.N, d.M, d.K, alpha, in.data<float>(), d.K,
+    gemm(CblasNoTrans, CblasTrans, d.N, d.M, d.K, alpha, in.data<float>() + in_col0, d.W,
          weight.data<float>(), d.K, 1.0f, out.data<float>() + col0, d.Y);
   } else {
-    gemm(CblasNoTrans, CblasTrans, d.N, d.M, d.K, static_cast<double>(alpha), in.data<double>(),
-         d.K, weight.data<double>(), d.K, 1.0, out.data<double>() + col0, d.Y);
+    gemm(CblasNoTrans, CblasTrans, d.N, d.M, d.K, static_cast<double>(alpha),
+         in.data<double>() + in_col0, d.W, weight.data<double>(), d.K, 1.0,
+         out.data<double>() + col0, d.Y);
   }
 }
 
 void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int64_t col0,
                           float alpha, const Tensor& in, const Tensor& weight, bool din_accumulate,
-                          const Stream& s) {
+                          int64_t in_col0, const Stream& s) {
   const char* op = "matmul_cols_backward";
   const bool with_dweight = dweight.defined();
   ZT_ASSERT((!din || din->device().is_cpu()) && (!with_dweight || dweight.device().is_cpu()) &&
                 dout.device().is_cpu() && in.device().is_cpu() && weight.device().is_cpu(),
             "{} (cpu): all tensors must be on the CPU", op);
-  const ColsDims d = cols_dims(in, weight, dout, col0, op, "dout");
+  const ColsDims d = blas_cols_dims(in, weight, dout, col0, in_col0, op, "dout");
   const DType dt = in.dtype();
   ZT_ASSERT(dout.dtype() == dt && weight.dtype() == dt && (!din || din->dtype() == dt) &&
                 (dt == DType::f32 || dt == DType::f64),
             "{}: dout, in, weight (and din) must share the CPU compute dtype f32 or f64", op);
-  ZT_ASSERT(!din || din->numel() == d.N * d.K, "{}: din {} is not (N,K) = ({},{})", op,
-            din ? din->shape().str() : "", d.N, d.K);
+  ZT_ASSERT(!din || din->numel() == d.N * d.W, "{}: din {} is not (N,W) = ({},{}) like in", op,
+            din ? din->shape().str() : "", d.N, d.W);
   ZT_ASSERT(
       !with_dweight || (dweight.dtype() == accum_dtype(dt) && dweight.shape() == weight.shape()),
       "{}: dweight must be the accum dtype with weight's shape {}", op, weight.shape().str());
@@ -233,12 +222,12 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
     using T = decltype(tag);
     const T a = static_cast<T>(alpha);
     const T* g = dout.data<T>() + col0;
-    if (din) {  // din (N,K) (+)= alpha g (N,M) @ weight (M,K)
+    if (din) {  // din[:, in block] (N,K) (+)= alpha g (N,M) @ weight (M,K)
       gemm(CblasNoTrans, CblasNoTrans, d.N, d.K, d.M, a, g, d.Y, weight.data<T>(), d.K,
-           din_accumulate ? T{1} : T{0}, din->data<T>(), d.K);
+           din_accumulate ? T{1} : T{0}, din->data<T>() + in_col0, d.W);
     }
-    if (with_dweight) {  // dweight (M,K) += alpha g^T (M,N) @ in (N,K)
-      gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, a, g, d.Y, in.data<T>(), d.K, T{1},
+    if (with_dweight) {  // dweight (M,K) += alpha g^T (M,N) @ in[:, in block] (N,K)
+      gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, a, g, d.Y, in.data<T>() + in_col0, d.W, T{1},
            dweight.data<T>(), d.K);
     }
   };

@@ -7,6 +7,7 @@
 #include "zt/kernels/cuda/cuda_common.cuh"
 #include "zt/kernels/cuda/cuda_ops.h"
 #include "zt/kernels/cuda/gemm.cuh"
+#include "zt/kernels/matmul_cols.h"
 
 namespace zt::kernels::cuda {
 namespace {
@@ -33,11 +34,18 @@ struct BiasGradTerm {
   }
 };
 
-DType gemm_dtype_check(const Tensor& in, const Tensor& weight, const char* op) {
+// The operands' device and dtype, and weight (M, K) (the column-block ops check the rest of
+// their shapes in kernels/matmul_cols.h).
+DType gemm_operands_check(const Tensor& in, const Tensor& weight, const char* op) {
   check_cuda(in, op, "in");
   check_dtype(weight, in.dtype(), op, "weight");
   check_same_device(in, weight, op);
   ZT_ASSERT(weight.ndim() == 2, "{}: weight must be (M, K), got {}", op, weight.shape().str());
+  return in.dtype();
+}
+
+DType gemm_dtype_check(const Tensor& in, const Tensor& weight, const char* op) {
+  gemm_operands_check(in, weight, op);
   ZT_ASSERT(weight.size(1) > 0 && in.numel() % weight.size(1) == 0,
             "{}: in {} does not have rows of K = {}", op, in.shape().str(), weight.size(1));
   return in.dtype();
@@ -246,40 +254,32 @@ void matmul_backward_act(Tensor& dpre, Tensor& dweight, Tensor* dbias, const Ten
   cuda::activation_backward(dpre, dpre, pre, act, s);
 }
 
-// (N, K, M, Y) of a column-block matmul: in (N,K), weight (M,K), wide (N,Y), col0 + M <= Y.
 namespace {
-struct ColsDims {
-  int64_t N, K, M, Y;
-};
-ColsDims cols_dims(const Tensor& in, const Tensor& weight, const Tensor& wide, int64_t col0,
-                   const char* op, const char* wide_name) {
-  const int64_t M = weight.size(0), K = weight.size(1);
-  const int64_t N = in.numel() / K;
+// kernels/matmul_cols.h's shape checks, and the wide operand's dtype and device.
+ColsDims cuda_cols_dims(const Tensor& in, const Tensor& weight, const Tensor& wide, int64_t col0,
+                        int64_t in_col0, const char* op, const char* wide_name) {
   check_dtype(wide, in.dtype(), op, wide_name);
   check_same_device(in, wide, op);
-  const int64_t Y = wide.ndim() >= 1 ? wide.size(-1) : 0;
-  ZT_ASSERT(Y > 0 && wide.numel() == N * Y, "{}: {} {} is not (N, Y) with N = {}", op, wide_name,
-            wide.shape().str(), N);
-  ZT_ASSERT(col0 >= 0 && col0 + M <= Y, "{}: columns [{}, {}) are outside {} {}", op, col0,
-            col0 + M, wide_name, wide.shape().str());
-  return {N, K, M, Y};
+  return cols_dims(in, weight, wide, col0, in_col0, op, wide_name);
 }
 }  // namespace
 
 void matmul_cols_forward(Tensor& out, const Tensor& in, const Tensor& weight, int64_t col0,
-                         float alpha, const Stream& s) {
+                         float alpha, int64_t in_col0, const Stream& s) {
   const char* op = "matmul_cols_forward";
-  const DType dt = gemm_dtype_check(in, weight, op);
-  const ColsDims d = cols_dims(in, weight, out, col0, op, "out");
+  const DType dt = gemm_operands_check(in, weight, op);
+  const ColsDims d = cuda_cols_dims(in, weight, out, col0, in_col0, op, "out");
+  const int64_t esize = static_cast<int64_t>(dtype_size(dt));
   DeviceGuard guard(in.device());
-  GemmArgs g;  // out[:, col0:col0+M] (row stride Y) = alpha in @ weight^T + 1 * itself
+  GemmArgs g;  // out[:, col0:col0+M] (row stride Y) = alpha in[:, in block] @ weight^T + itself
   g.rows = d.N;
   g.cols = d.M;
   g.inner = d.K;
-  g.a = in.data();
+  g.a = static_cast<const char*>(in.data()) + in_col0 * esize;
+  g.lda = d.W;
   g.b = weight.data();
   g.trans_b = Transpose::kYes;
-  g.c = static_cast<char*>(out.data()) + col0 * static_cast<int64_t>(dtype_size(dt));
+  g.c = static_cast<char*>(out.data()) + col0 * esize;
   g.ldc = d.Y;
   g.ab_dtype = dt;
   g.c_dtype = dt;
@@ -290,25 +290,26 @@ void matmul_cols_forward(Tensor& out, const Tensor& in, const Tensor& weight, in
 
 void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int64_t col0,
                           float alpha, const Tensor& in, const Tensor& weight, bool din_accumulate,
-                          const Stream& s) {
+                          int64_t in_col0, const Stream& s) {
   const char* op = "matmul_cols_backward";
-  const DType dt = gemm_dtype_check(in, weight, op);
-  const ColsDims d = cols_dims(in, weight, dout, col0, op, "dout");
-  const void* block =
-      static_cast<const char*>(dout.data()) + col0 * static_cast<int64_t>(dtype_size(dt));
+  const DType dt = gemm_operands_check(in, weight, op);
+  const ColsDims d = cuda_cols_dims(in, weight, dout, col0, in_col0, op, "dout");
+  const int64_t esize = static_cast<int64_t>(dtype_size(dt));
+  const void* block = static_cast<const char*>(dout.data()) + col0 * esize;
   DeviceGuard guard(in.device());
   const cudaStream_t stream = stream_of(s);
   if (din != nullptr) {
     check_dtype(*din, dt, op, "din");
-    check_numel(*din, d.N * d.K, op, "din");
-    GemmArgs g;  // din (N,K) (+)= alpha block (N,M; row stride Y) @ weight (M,K)
+    check_numel(*din, d.N * d.W, op, "din");
+    GemmArgs g;  // din[:, in block] (N,K; row stride W) (+)= alpha block (N,M; stride Y) @ weight
     g.rows = d.N;
     g.cols = d.K;
     g.inner = d.M;
     g.a = block;
     g.lda = d.Y;
     g.b = weight.data();
-    g.c = din->data();
+    g.c = static_cast<char*>(din->data()) + in_col0 * esize;
+    g.ldc = d.W;
     g.ab_dtype = dt;
     g.c_dtype = dt;
     g.alpha = alpha;
@@ -325,7 +326,8 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
     g.a = block;
     g.trans_a = Transpose::kYes;
     g.lda = d.Y;
-    g.b = in.data();
+    g.b = static_cast<const char*>(in.data()) + in_col0 * esize;
+    g.ldb = d.W;
     g.c = dweight.data();
     g.ab_dtype = dt;
     g.c_dtype = DType::f32;
