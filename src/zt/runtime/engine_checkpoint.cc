@@ -41,6 +41,22 @@ int saved_kinds(const zero::ZeroState& zero, int u, const std::vector<std::strin
   return zero.trainable(u) ? 1 + static_cast<int>(state_names.size()) : 1;
 }
 
+// Whether the metadata's record of a unit (ckpt::unit_json) lists `m`'s parameters in its order,
+// at its offsets and of its shapes.
+bool saved_layout_matches(const nlohmann::json& saved, nn::Unit& m) {
+  const std::vector<nn::Param*> params = m.params();
+  const nlohmann::json& list = saved.at("params");
+  if (!list.is_array() || list.size() != params.size()) return false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const nlohmann::json& q = list[i];
+    if (q.value("name", "") != params[i]->name || q.value("offset", int64_t{-1}) != params[i]->offset ||
+        q.value("shape", std::vector<int64_t>{}) != params[i]->shape.to_vector()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // A 64-bit value as four exactly representable doubles (collectives carry doubles).
 void put_u64(std::vector<double>& v, size_t at, uint64_t x) {
   for (int i = 0; i < 4; ++i) v[at + i] = static_cast<double>((x >> (16 * i)) & 0xffff);
@@ -495,15 +511,19 @@ Status Engine::restore_from(const nlohmann::json& meta, const std::string& path,
       UnitPlan p{.saved_numel = saved.at("numel").get<int64_t>(),
                  .mp_base = saved.value("stage", 0) * saved_tensor};
       const nn::Unit& m = *mine[static_cast<size_t>(u)];
+      // Laid out as this run's unit: the same parameters at the same offsets. A unit whose
+      // parameters the checkpoint orders otherwise (an older layout of LoRA's adapters) is read
+      // through its parameters by name, as a tensor-parallel re-slice is.
+      const bool same_layout = saved_layout_matches(saved, const_cast<nn::Unit&>(m));
       if (saved.at("name") != m.name() ||
-          (saved_tensor == 1 && tensor == 1 && p.saved_numel != m.flat_numel())) {
+          (saved_tensor == 1 && tensor == 1 && same_layout && p.saved_numel != m.flat_numel())) {
         return invalid_argument(
             "checkpoint '{}' is of another model: its unit {} is '{}' with {} elements, this "
             "run's is '{}' with {} (check --model and its sizes)",
             path, global(u), saved.at("name").get<std::string>(), p.saved_numel, m.name(),
             m.flat_numel());
       }
-      if (saved_tensor == 1 && tensor == 1) return p;
+      if (saved_tensor == 1 && tensor == 1 && same_layout) return p;
       ZT_ASSIGN_OR_RETURN(ckpt::SavedUnit su,
                           ckpt::saved_unit_parse(saved, saved_tensor, meta_path));
       const auto [begin, end] = zero_->master_extent(u);

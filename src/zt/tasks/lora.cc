@@ -119,6 +119,45 @@ Status lora_apply(nn::Transformer& model, const LoraOptions& o) {
   std::vector<std::unique_ptr<LoraUnit>> units;
   std::vector<int> unit_of_block(static_cast<size_t>(c.n_layer), -1);
   const int first_index = static_cast<int>(model.units().size());
+  // A Linear's adapters are laid out A, A, ..., then B, B, ...: the A matrices of one input lie
+  // back to back, and the Linear computes all their u in one GEMM (nn::adapter_groups). The
+  // parts of one Linear come one after another; `pending` holds the current Linear's.
+  struct Pending {
+    nn::Linear* linear;
+    ckpt::HfPart part;
+    std::string module, local;
+    LoraUnit* unit;
+  };
+  std::vector<Pending> pending;
+  auto flush = [&] {
+    std::vector<nn::Param*> as;
+    for (const Pending& q : pending) {
+      const int64_t in = q.linear->in_features();
+      as.push_back(&q.unit->add_param(q.local + ".lora_A.weight", {o.r, in},
+                                      nn::ParamInit::kNormal,
+                                      static_cast<float>(1.0 / std::sqrt(3.0 * in))));
+    }
+    for (size_t j = 0; j < pending.size(); ++j) {
+      const Pending& q = pending[j];
+      nn::Param& a = *as[j];
+      nn::Param& b =
+          q.unit->add_param(q.local + ".lora_B.weight", {q.part.rows, o.r}, nn::ParamInit::kZeros);
+      q.linear->add_adapter({.a = &a,
+                             .b = &b,
+                             .row0 = q.part.row_begin,
+                             .rows = q.part.rows,
+                             .scale = scale,
+                             .dropout = o.dropout,
+                             .salt = std::hash<std::string>{}(a.name)});
+      record.adapters.push_back({.base = q.linear->weight().name,
+                                 .module = q.module,
+                                 .row0 = q.part.row_begin,
+                                 .rows = q.part.rows,
+                                 .a = a.name,
+                                 .b = b.name});
+    }
+    pending.clear();
+  };
   for_each_block_module(
       model, [&](int i, nn::TransformerBlock& block, nn::Linear& linear, const ckpt::HfPart& part,
                  const std::string& module, const std::string& name) {
@@ -126,37 +165,21 @@ Status lora_apply(nn::Transformer& model, const LoraOptions& o) {
         for (const std::string& t : o.modules) want = want || module_matches(module, t);
         if (!want) return;
         matched.insert(name);
+        if (!pending.empty() && pending.back().linear != &linear) flush();
         int& k = unit_of_block[static_cast<size_t>(i)];
         if (k < 0) {
           k = static_cast<int>(units.size());
           units.push_back(std::make_unique<LoraUnit>(fmt::format("lora.{}", i)));
           block.add_extra_unit(first_index + k);
         }
-        auto& unit = units[static_cast<size_t>(k)];
         // Parameter names as the family names its tensors, without the body prefix (as every
         // ZeroTrain parameter): "layers.0.self_attn.q_proj.lora_A.weight".
         const std::string local = module.rfind(hf_prefix, 0) == 0 && !hf_prefix.empty()
                                       ? module.substr(hf_prefix.size())
                                       : module;
-        const int64_t in = linear.in_features();
-        nn::Param& a = unit->add_param(local + ".lora_A.weight", {o.r, in}, nn::ParamInit::kNormal,
-                                       static_cast<float>(1.0 / std::sqrt(3.0 * in)));
-        nn::Param& b = unit->add_param(local + ".lora_B.weight", {part.rows, o.r},
-                                       nn::ParamInit::kZeros);
-        linear.add_adapter({.a = &a,
-                            .b = &b,
-                            .row0 = part.row_begin,
-                            .rows = part.rows,
-                            .scale = scale,
-                            .dropout = o.dropout,
-                            .salt = std::hash<std::string>{}(a.name)});
-        record.adapters.push_back({.base = linear.weight().name,
-                                   .module = module,
-                                   .row0 = part.row_begin,
-                                   .rows = part.rows,
-                                   .a = a.name,
-                                   .b = b.name});
+        pending.push_back({&linear, part, module, local, units[static_cast<size_t>(k)].get()});
       });
+  flush();
   for (auto& unit : units) model.units().push_back(std::move(unit));
   for (const std::string& k : known) {
     if (matched.count(k) != 0) record.modules.push_back(k);

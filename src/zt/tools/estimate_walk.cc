@@ -81,35 +81,39 @@ class Walk {
     m_.release(r);
     return out;
   }
-  // Linear::forward: y, then each adapter's u = h A^T (h: x after dropout); u B^T goes straight
-  // into y's block. A training forward keeps each u for backward, dropping the last forward's.
+  // Linear::forward: y, then each adapter group's u = h A^T (h: x after dropout; nn::
+  // adapter_groups); u B^T goes straight into y's block. A training forward keeps each u for
+  // backward, dropping the last forward's.
   int linear_forward(const LinearShape& l, Kind kind) {
     const int y = m_.alloc(s_.N * l.out * s_.d, kind);
     if (l.adapters == nullptr) return y;
     release_saved_u(l.adapters);
     std::vector<int> kept;
-    for (const nn::LoraAdapter& a : *l.adapters) {
-      int h = a.dropout > 0 ? m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary) : -1;
-      kept.push_back(m_.alloc(s_.N * a.a->shape[0] * s_.d, Kind::kActivation));
+    for (const nn::AdapterGroup& g : nn::adapter_groups(*l.adapters, /*training=*/true)) {
+      const bool dropout = (*l.adapters)[g.first].dropout > 0;
+      int h = dropout ? m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary) : -1;
+      kept.push_back(m_.alloc(s_.N * static_cast<int64_t>(g.count) * g.r * s_.d,
+                              Kind::kActivation));
       m_.release(h);
     }
     if (!kept.empty()) saved_u_[l.adapters] = std::move(kept);
     return y;
   }
   // Linear::backward with an input gradient: the GEMMs write into the caller's buffers and read
-  // the output gradient's block in place; each adapter needs h (with dropout), du, and dh with
-  // dropout (without it, du A accumulates into the input gradient directly), and reads the u its
-  // forward kept (recomputed where none was kept), all dropped when it returns.
+  // the output gradient's block in place; each adapter group needs h (with dropout), du, and dh
+  // with dropout (without it, du A accumulates into the input gradient directly), and reads the
+  // u its forward kept (recomputed where none was kept), all dropped when it returns.
   void linear_backward(const LinearShape& l) {
     if (l.adapters == nullptr) return;
     const bool kept = saved_u_.count(l.adapters) != 0;
-    for (const nn::LoraAdapter& a : *l.adapters) {
-      const int64_t r = a.a->shape[0];
+    for (const nn::AdapterGroup& g : nn::adapter_groups(*l.adapters, /*training=*/true)) {
+      const bool dropout = (*l.adapters)[g.first].dropout > 0;
+      const int64_t R = static_cast<int64_t>(g.count) * g.r;
       std::vector<int> t;
-      if (a.dropout > 0) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
-      if (!kept) t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
-      t.push_back(m_.alloc(s_.N * r * s_.d, Kind::kTemporary));
-      if (a.dropout > 0) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
+      if (dropout) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
+      if (!kept) t.push_back(m_.alloc(s_.N * R * s_.d, Kind::kTemporary));
+      t.push_back(m_.alloc(s_.N * R * s_.d, Kind::kTemporary));
+      if (dropout) t.push_back(m_.alloc(s_.N * l.in * s_.d, Kind::kTemporary));
       m_.release_all(t);
     }
     release_saved_u(l.adapters);
@@ -385,7 +389,7 @@ class Walk {
 
   Timeline& m_;
   const Dims& s_;
-  // Each Linear's kept u per adapter (Linear::saved_u_), by its adapter list.
+  // Each Linear's kept u per adapter group (Linear::saved_u_), by its adapter list.
   std::map<const std::vector<nn::LoraAdapter>*, std::vector<int>> saved_u_;
 };
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -149,6 +150,112 @@ TEST(LoraLinear, KeptAdapterProjectionGivesTheRecomputedGradients) {
   EXPECT_EQ(kept[1], recomputed[1]) << "the base's gradients";
   EXPECT_EQ(kept[2], recomputed[2]) << "the adapters' gradients";
   EXPECT_NE(kept[2], std::vector<double>(kept[2].size(), 0.0));
+}
+
+// Three rank-2 adapters on one Linear (8 -> 12; rows [0, 4), [4, 8), all), no dropout, their A
+// matrices back to back (A, A, A, then B, B, B, as lora_apply lays out a Linear's adapters) or
+// interleaved (A, B, A, B, A, B).
+struct ThreeAdapters {
+  static constexpr int64_t kIn = 8, kOut = 12, kRank = 2;  // r * in = 16: aligned, no gaps
+  Holder base{"base"}, adapters{"adapters"};
+  nn::Linear linear{base, "proj", kIn, kOut, nn::Bias::kWith};
+  explicit ThreeAdapters(bool stacked) {
+    const int64_t rows[3] = {4, 4, kOut}, row0[3] = {0, 4, 0};
+    nn::Param* a[3];
+    nn::Param* b[3];
+    for (int j = 0; j < 3; ++j) {
+      a[j] = &adapters.add_param(fmt::format("a{}", j), {kRank, kIn}, nn::ParamInit::kNormal);
+      if (!stacked) b[j] = &adapters.add_param(fmt::format("b{}", j), {rows[j], kRank}, nn::ParamInit::kNormal);
+    }
+    for (int j = 0; stacked && j < 3; ++j) {
+      b[j] = &adapters.add_param(fmt::format("b{}", j), {rows[j], kRank}, nn::ParamInit::kNormal);
+    }
+    for (int j = 0; j < 3; ++j) {
+      linear.add_adapter({.a = a[j], .b = b[j], .row0 = row0[j], .rows = rows[j],
+                          .scale = 0.5f + 0.25f * j, .dropout = 0.0f, .salt = 20u + j});
+    }
+  }
+  // Each parameter's values, by name, from one seed (the same model in either layout).
+  void bind(std::vector<Tensor>& grads) {
+    Tensor bv = filled(base.flat_numel(), 1);
+    Tensor av = Tensor::zeros({adapters.flat_numel()}, DType::f32, Device::cpu());
+    for (nn::Param* p : adapters.params()) {  // seed by name: "a0".."b2"
+      const uint64_t seed = 100 + (p->name[0] == 'a' ? 0 : 10) + (p->name[1] - '0');
+      const Tensor v = filled(p->numel(), seed);
+      std::copy(v.data<float>(), v.data<float>() + p->numel(), av.data<float>() + p->offset);
+    }
+    grads = {Tensor::zeros({base.flat_numel()}, DType::f32, Device::cpu()),
+             Tensor::zeros({adapters.flat_numel()}, DType::f32, Device::cpu())};
+    base.bind(bv, grads[0]);
+    adapters.bind(av, grads[1]);
+  }
+  // The adapters' gradients by parameter name, each as its values.
+  std::map<std::string, std::vector<double>> adapter_grads() {
+    std::map<std::string, std::vector<double>> out;
+    for (nn::Param* p : adapters.params()) out[p->name] = p->grad.to_doubles();
+    return out;
+  }
+};
+
+// Back to back, the three adapters form one group (one GEMM for u, one for dA, one for du A);
+// interleaved, three. Both give the gradients of finite differences, and each other's within
+// f32 rounding; with the A gradients bound apart (a layout that separates them), the group's
+// dA falls back to one GEMM per adapter and gives the same.
+TEST(LoraLinear, StackedAdaptersGiveTheSeparateAdaptersGradients) {
+  constexpr int64_t kRows = 5, kIn = ThreeAdapters::kIn, kOut = ThreeAdapters::kOut;
+  const Tensor x0 = filled(kRows * kIn, 3).reshape({kRows, kIn});
+  const Tensor G = filled(kRows * kOut, 4).reshape({kRows, kOut});
+  struct Result {
+    std::vector<double> y, dx;
+    std::map<std::string, std::vector<double>> grads;
+  };
+  auto run = [&](bool stacked, bool apart) {
+    ThreeAdapters t(stacked);
+    const auto groups = nn::adapter_groups(t.linear.adapters(), /*training=*/true);
+    EXPECT_EQ(groups.size(), stacked ? 1u : 3u);
+    std::vector<Tensor> grads;
+    t.bind(grads);
+    Tensor own;
+    if (apart) {  // a1's gradient in a buffer of its own
+      own = Tensor::zeros({ThreeAdapters::kRank * kIn}, DType::f32, Device::cpu());
+      t.adapters.params()[1]->grad = own.reshape({ThreeAdapters::kRank, kIn});
+    }
+    nn::Context ctx;
+    Tensor x = x0.clone();
+    Result r;
+    r.y = t.linear.forward(ctx, x).to_doubles();
+    Tensor dx = Tensor::empty({kRows, kIn}, DType::f32, Device::cpu());
+    t.linear.backward(ctx, G, x, &dx);
+    r.dx = dx.to_doubles();
+    r.grads = t.adapter_grads();
+    if (stacked && !apart) {  // finite differences of sum(y * G) for every adapter element
+      auto loss = [&]() { return dot(t.linear.forward(ctx, x), G); };
+      for (nn::Param* p : t.adapters.params()) {
+        for (int64_t i = 0; i < p->numel(); ++i) {
+          float* v = p->value.data<float>() + i;
+          const float keep = *v, h = 1e-2f;
+          *v = keep + h;
+          const double up = loss();
+          *v = keep - h;
+          const double down = loss();
+          *v = keep;
+          const double fd = (up - down) / (2.0 * h);
+          EXPECT_NEAR(r.grads[p->name][i], fd, 2e-3 * std::max(1.0, std::fabs(fd)))
+              << p->name << " element " << i;
+        }
+      }
+    }
+    return r;
+  };
+  const Result stacked = run(true, false), separate = run(false, false),
+               apart = run(true, true);
+  for (const Result* other : {&separate, &apart}) {
+    testing::expect_close(stacked.y, other->y, 1e-5, 1e-5, "y");
+    testing::expect_close(stacked.dx, other->dx, 1e-5, 1e-5, "dx");
+    for (const auto& [name, g] : stacked.grads) {
+      testing::expect_close(g, other->grads.at(name), 1e-5, 1e-5, name.c_str());
+    }
+  }
 }
 
 // A frozen base skips its weight gradients but still passes the input gradient on.
@@ -361,6 +468,79 @@ TEST(Lora, MergedExportIsWPlusScaledBAAndTheAdapterIsPeftShaped) {
   EXPECT_EQ(config.at("lora_alpha"), 8.0);
   EXPECT_EQ(config.at("target_modules"),
             nlohmann::json({"self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"}));
+}
+
+// A checkpoint whose unit lists its parameters in another order than this run's (an older
+// layout of the adapters) is read by parameter name, not by position: here the saved metadata
+// swaps the names of block 0's two A matrices (q_proj's and v_proj's, of one shape), so each
+// must come back with the other's saved values, and everything else as saved.
+TEST(Lora, CheckpointOfAnotherParameterOrderLoadsByName) {
+  testing::TempDir tmp;
+  const LoraRun saved = train_lora(0, false, /*only_optimize=*/true, tmp.file("ckpt"));
+  const std::string meta_path = tmp.file("ckpt") + "/t/mp_rank_00_model_states.json";
+  nlohmann::json meta;
+  {
+    std::ifstream in(meta_path);
+    ASSERT_TRUE(in.good()) << meta_path;
+    in >> meta;
+  }
+  const std::string q = "layers.0.self_attn.q_proj.lora_A.weight",
+                    v = "layers.0.self_attn.v_proj.lora_A.weight";
+  int64_t q_at = -1, v_at = -1, numel = 0;
+  size_t lora0 = 0;
+  nlohmann::json& units = meta.at("model").at("units");
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (auto& p : units[u]["params"]) {
+      if (p["name"] == q) {
+        p["name"] = v;
+        q_at = p["offset"];
+        lora0 = u;
+        numel = p["shape"][0].get<int64_t>() * p["shape"][1].get<int64_t>();
+      } else if (p["name"] == v) {
+        p["name"] = q;
+        v_at = p["offset"];
+      }
+    }
+  }
+  ASSERT_GE(q_at, 0);
+  ASSERT_GE(v_at, 0);
+  {
+    std::ofstream out(meta_path);
+    out << meta.dump(1);
+  }
+  auto cfg = config_parse(R"({"train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.1}}})", "test", 1);
+  ASSERT_TRUE(cfg.is_ok());
+  auto mc = nn::model_config_named("llama-tiny");
+  ASSERT_TRUE(mc.is_ok());
+  nn::Transformer model(*mc);
+  ASSERT_TRUE(tasks::lora_apply(model, {.r = 4,
+                                        .alpha = 8.0f,
+                                        .dropout = 0.1f,
+                                        .modules = {"q_proj", "v_proj", "down_proj"},
+                                        .only_optimize = true})
+                  .is_ok());
+  auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 77});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  auto loaded = (*e)->load_checkpoint(tmp.file("ckpt"));
+  ASSERT_TRUE(loaded.is_ok()) << loaded.status().message();
+  const std::vector<Tensor> now = *(*e)->gather_master();
+  ASSERT_EQ(now.size(), saved.after.size());
+  for (size_t u = 0; u < now.size(); ++u) {
+    const std::vector<double> got = now[u].to_doubles(), want = saved.after[u].to_doubles();
+    ASSERT_EQ(got.size(), want.size()) << "unit " << u;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int64_t at = static_cast<int64_t>(i);
+      size_t from = i;  // where this element's value was saved
+      if (u == lora0 && at >= q_at && at < q_at + numel) from = static_cast<size_t>(v_at + at - q_at);
+      if (u == lora0 && at >= v_at && at < v_at + numel) from = static_cast<size_t>(q_at + at - v_at);
+      ASSERT_EQ(got[i], want[from]) << "unit " << u << " element " << i;
+    }
+  }
+  const std::vector<double> qv = now[lora0].to_doubles(), sv = saved.after[lora0].to_doubles();
+  EXPECT_NE(std::vector<double>(qv.begin() + q_at, qv.begin() + q_at + numel),
+            std::vector<double>(sv.begin() + q_at, sv.begin() + q_at + numel))
+      << "the swap must be visible";
 }
 
 TEST(Lora, ResumingWithOtherAdaptersIsRefused) {

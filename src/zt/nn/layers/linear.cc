@@ -1,5 +1,8 @@
 #include "zt/nn/layers/linear.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "zt/kernels/ops.h"
 
 namespace zt::nn {
@@ -13,16 +16,62 @@ Linear::Linear(Unit& unit, const std::string& name, int64_t in, int64_t out, Bia
 
 namespace {
 
+bool dropout_on(const LoraAdapter& a, bool training) { return training && a.dropout > 0.0f; }
+
 // The adapter's input: x, or x after dropout (training with dropout > 0). Dropout is linear in
 // its input for a given mask, so the same call on a gradient is its backward.
 Tensor adapter_input(const Context& ctx, const LoraAdapter& a, const Tensor& x) {
-  if (a.dropout <= 0.0f || ctx.mode != Mode::kTrain) return x;
+  if (!dropout_on(a, ctx.mode == Mode::kTrain)) return x;
   Tensor h = Tensor::empty(x.shape(), x.dtype(), x.device(), ctx.stream);
   kernels::dropout_apply(h, x, a.dropout, ctx.dropout_seed ^ a.salt, ctx.stream);
   return h;
 }
 
+// Whether `t` starts right where `prev` ends (both defined, of one dtype).
+bool follows(const Tensor& prev, const Tensor& t) {
+  return prev.defined() && t.defined() && prev.dtype() == t.dtype() &&
+         static_cast<const char*>(prev.data()) + prev.nbytes() == t.data();
+}
+
 }  // namespace
+
+std::vector<AdapterGroup> adapter_groups(std::span<const LoraAdapter> adapters, bool training) {
+  // ZT_LORA_GROUPS=0: every adapter alone (the previous path, for A/B; read once).
+  static const bool grouping = [] {
+    const char* v = std::getenv("ZT_LORA_GROUPS");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  std::vector<AdapterGroup> groups;
+  for (size_t i = 0; i < adapters.size(); ++i) {
+    const LoraAdapter& a = adapters[i];
+    if (grouping && !groups.empty()) {
+      AdapterGroup& g = groups.back();
+      const LoraAdapter& prev = adapters[g.first + g.count - 1];
+      if (!dropout_on(prev, training) && !dropout_on(a, training) &&
+          a.a->shape == prev.a->shape && a.a->offset == prev.a->offset + prev.a->numel()) {
+        ++g.count;
+        continue;
+      }
+    }
+    groups.push_back({.first = i, .count = 1, .r = a.a->shape[0]});
+  }
+  return groups;
+}
+
+std::vector<AdapterGroup> Linear::bound_groups(const Context& ctx) const {
+  std::vector<AdapterGroup> out;
+  for (const AdapterGroup& g : adapter_groups(adapters_, ctx.mode == Mode::kTrain)) {
+    size_t begin = g.first;
+    for (size_t j = g.first + 1; j <= g.first + g.count; ++j) {
+      if (j < g.first + g.count && follows(adapters_[j - 1].a->value, adapters_[j].a->value)) {
+        continue;
+      }
+      out.push_back({.first = begin, .count = j - begin, .r = g.r});
+      begin = j;
+    }
+  }
+  return out;
+}
 
 Tensor Linear::forward(Context& ctx, const Tensor& x, const Tensor* residual) const {
   Tensor x2 = x.reshape(as_rows(x, in_));
@@ -35,16 +84,24 @@ Tensor Linear::forward(Context& ctx, const Tensor& x, const Tensor* residual) co
   } else {
     kernels::matmul_forward(y, x2, weight_->value, b, ctx.stream);
   }
+  const std::vector<AdapterGroup> groups = bound_groups(ctx);
   const bool keep = ctx.mode == Mode::kTrain && !adapters_.empty();
-  saved_u_.assign(keep ? adapters_.size() : 0, Tensor());
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    const LoraAdapter& a = adapters_[i];
-    const Tensor h = adapter_input(ctx, a, x2);
-    Tensor u = Tensor::empty({N, a.a->shape[0]}, ctx.compute_dtype, ctx.device, ctx.stream);
-    kernels::matmul_forward(u, h, a.a->value, nullptr, ctx.stream);
-    // y[:, rows] += scale u B^T, straight into the block of the fused output.
-    kernels::matmul_cols_forward(y, u, a.b->value, a.row0, a.scale, ctx.stream);
-    if (keep) saved_u_[i] = u;
+  saved_u_.assign(keep ? groups.size() : 0, Tensor());
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const AdapterGroup& g = groups[gi];
+    const LoraAdapter& first = adapters_[g.first];
+    const int64_t R = static_cast<int64_t>(g.count) * g.r;
+    const Tensor h = adapter_input(ctx, first, x2);  // (a group of several has no dropout)
+    // u = h [A_1; ...; A_k]^T, then y[:, rows_j] += scale_j u_j B_j^T straight into the block
+    // of the fused output.
+    Tensor u = Tensor::empty({N, R}, ctx.compute_dtype, ctx.device, ctx.stream);
+    kernels::matmul_forward(u, h, first.a->value.extend({R, in_}), nullptr, ctx.stream);
+    for (size_t j = 0; j < g.count; ++j) {
+      const LoraAdapter& a = adapters_[g.first + j];
+      kernels::matmul_cols_forward(y, u, a.b->value, a.row0, a.scale,
+                                   static_cast<int64_t>(j) * g.r, ctx.stream);
+    }
+    if (keep) saved_u_[gi] = u;
   }
   return y;
 }
@@ -62,36 +119,54 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
   kernels::matmul_backward(din != nullptr ? &din2 : nullptr, no_dweight, bias_grad(s), dout2, x2,
                            weight_->value, s);
   weight_grad(dout2, x2, s);
-  for (size_t i = 0; i < adapters_.size(); ++i) {
-    // With g = scale * dout[:, rows] (read in place, never copied) and u = h A^T (forward's, or
-    // recomputed where forward kept none): du = g B, dB += g^T u; dA += du^T h,
-    // dx += dropout(du A).
-    const LoraAdapter& a = adapters_[i];
-    const Tensor h = adapter_input(ctx, a, x2);
-    const int64_t r = a.a->shape[0];
+  const std::vector<AdapterGroup> groups = bound_groups(ctx);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    // Per adapter j of the group, with g_j = scale_j * dout[:, rows_j] (read in place, never
+    // copied) and u = h A^T (forward's, or recomputed where forward kept none): du_j = g_j B_j
+    // into du's columns j, dB_j += g_j^T u_j; then for the group dA += du^T h and
+    // dx += dropout(du A), one GEMM each where the A gradients lie back to back too.
+    const AdapterGroup& g = groups[gi];
+    const LoraAdapter& first = adapters_[g.first];
+    const int64_t R = static_cast<int64_t>(g.count) * g.r;
+    const Tensor a_all = first.a->value.extend({R, in_});
+    const Tensor h = adapter_input(ctx, first, x2);
     Tensor u;
-    if (i < saved_u_.size() && saved_u_[i].defined() && saved_u_[i].size(0) == N) {
-      u = saved_u_[i];
+    if (gi < saved_u_.size() && saved_u_[gi].defined() && saved_u_[gi].size(0) == N &&
+        saved_u_[gi].size(1) == R) {
+      u = saved_u_[gi];
     } else {
-      u = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
-      kernels::matmul_forward(u, h, a.a->value, nullptr, s);
+      u = Tensor::empty({N, R}, ctx.compute_dtype, ctx.device, s);
+      kernels::matmul_forward(u, h, a_all, nullptr, s);
     }
-    Tensor du = Tensor::empty({N, r}, ctx.compute_dtype, ctx.device, s);
-    kernels::matmul_cols_backward(&du, grad_for_add(*a.b, s), dout2, a.row0, a.scale, u, a.b->value,
-                                  /*din_accumulate=*/false, s);
-    Tensor& da = grad_for_add(*a.a, s);
-    if (din == nullptr) {
-      kernels::matmul_backward(nullptr, da, nullptr, du, h, a.a->value, s);
-      continue;
+    Tensor du = Tensor::empty({N, R}, ctx.compute_dtype, ctx.device, s);
+    bool da_together = true;  // the A gradients back to back: one dA GEMM
+    for (size_t j = 0; j < g.count; ++j) {
+      const LoraAdapter& a = adapters_[g.first + j];
+      const int64_t c0 = static_cast<int64_t>(j) * g.r;
+      kernels::matmul_cols_backward(&du, grad_for_add(*a.b, s), dout2, a.row0, a.scale, u,
+                                    a.b->value, /*din_accumulate=*/false, c0, s);
+      (void)grad_for_add(*a.a, s);  // (cleared where unwritten: the GEMMs below add into it)
+      if (j > 0) da_together = da_together && follows(adapters_[g.first + j - 1].a->grad, a.a->grad);
     }
-    if (a.dropout > 0.0f && ctx.mode == Mode::kTrain) {
-      Tensor dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
-      kernels::matmul_backward(&dh, da, nullptr, du, h, a.a->value, s);
-      kernels::dropout_apply(dh, dh, a.dropout, ctx.dropout_seed ^ a.salt, s);
+    Tensor da_all = da_together ? first.a->grad.extend({R, in_}) : Tensor();
+    const bool dropout = dropout_on(first, ctx.mode == Mode::kTrain);
+    Tensor dh;
+    if (din != nullptr && dropout) dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
+    // din target: the input gradient itself (du A accumulated by the GEMM), or dh for dropout.
+    Tensor* dx = din == nullptr ? nullptr : dropout ? &dh : &din2;
+    if (da_together) {
+      kernels::matmul_cols_backward(dx, da_all, du, 0, 1.0f, h, a_all,
+                                    /*din_accumulate=*/!dropout, 0, s);
+    } else {
+      for (size_t j = 0; j < g.count; ++j) {
+        const LoraAdapter& a = adapters_[g.first + j];
+        kernels::matmul_cols_backward(dx, a.a->grad, du, static_cast<int64_t>(j) * g.r, 1.0f, h,
+                                      a.a->value, /*din_accumulate=*/!dropout || j > 0, 0, s);
+      }
+    }
+    if (dh.defined()) {
+      kernels::dropout_apply(dh, dh, first.dropout, ctx.dropout_seed ^ first.salt, s);
       kernels::add_inplace(din2, dh, s);
-    } else {  // dx += du A, accumulated by the GEMM itself
-      kernels::matmul_cols_backward(&din2, da, du, 0, 1.0f, h, a.a->value,
-                                    /*din_accumulate=*/true, s);
     }
   }
   saved_u_.clear();

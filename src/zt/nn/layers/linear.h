@@ -4,6 +4,7 @@
 // backward takes forward's input from the caller, who keeps it or recomputes it.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,17 @@ struct LoraAdapter {
   float dropout = 0.0f;  // on the adapter's input, training only
   uint64_t salt = 0;     // mixed into Context::dropout_seed: each adapter its own mask
 };
+
+// Adapters [first, first + count) of a Linear that share one GEMM on the A side: consecutive,
+// of one rank r, no dropout in the pass (`training` with dropout > 0 gives each adapter its own
+// input), their A matrices back to back in their unit (nn/lora.h lays a Linear's adapters out
+// A, A, ..., B, B, ...). Their u = h [A_1; ...; A_k]^T is one (N, k r) tensor, adapter j's in
+// columns [j r, (j + 1) r); backward forms du alike and runs dA and du A as one GEMM each.
+struct AdapterGroup {
+  size_t first = 0, count = 1;
+  int64_t r = 0;
+};
+std::vector<AdapterGroup> adapter_groups(std::span<const LoraAdapter> adapters, bool training);
 
 // y = x W^T (+ b): x (N, in) -> y (N, out); W (out, in), the layout of torch.nn.Linear.
 class Linear {
@@ -55,8 +67,8 @@ class Linear {
   // din (N, in) is written when not null; the parameters' gradients accumulate (those of a
   // frozen unit, unbound, are skipped). `x` is forward's input.
   void backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor* din) const;
-  // Drops what a training forward kept for backward (each adapter's u = h A^T); backward drops it
-  // too. The layer that owns this Linear calls it where it drops its own activations.
+  // Drops what a training forward kept for backward (each adapter group's u = h A^T); backward
+  // drops it too. The layer that owns this Linear calls it where it drops its own activations.
   void release() const { saved_u_.clear(); }
 
   // With an activation fused into the GEMM (kernels::matmul_act_forward and
@@ -76,9 +88,12 @@ class Linear {
   Param* weight_;
   Param* bias_ = nullptr;
   std::vector<LoraAdapter> adapters_;
-  // Per adapter, u = h A^T (N, r) of the last training forward, which backward reads instead of
-  // recomputing it (a GEMM over the whole input for r values a row).
+  // Per adapter group, u = h A^T (N, k r) of the last training forward, which backward reads
+  // instead of recomputing it (a GEMM over the whole input for k r values a row).
   mutable std::vector<Tensor> saved_u_;
+  // The groups of this pass, checked against where the A matrices are bound (a layout that
+  // puts them apart splits the group).
+  std::vector<AdapterGroup> bound_groups(const Context& ctx) const;
   bool row_parallel_ = false;
   // The bias forward adds on this rank (null: none here).
   const Tensor* forward_bias(const Context& ctx) const {
