@@ -72,7 +72,8 @@ TEST(LoraOpsCuda, MatmulColsMatchCpu) {
     Tensor din0 = exact_tensor({N, W}, 2404);
     Tensor din_ref = din0.clone();
     Tensor dw_ref = Tensor::zeros({M, K}, DType::f32);
-    kernels::matmul_cols_backward(&din_ref, dw_ref, wide, col0, alpha, x, w, true, c0);
+    kernels::matmul_cols_backward(&din_ref, dw_ref, wide, col0, alpha, x, w, true,
+                                  kernels::Accumulate::kAdd, c0);
     for (const DtypeCase& d : kComputeDtypes) {
       SCOPED_TRACE(d.name);
       Tensor out_d = to_cuda(wide, d.dtype);
@@ -91,10 +92,18 @@ TEST(LoraOpsCuda, MatmulColsMatchCpu) {
       Tensor din_d = to_cuda(din0, d.dtype);
       Tensor dw_d = Tensor::zeros({M, K}, DType::f32, Device::cuda(0));
       kernels::matmul_cols_backward(&din_d, dw_d, to_cuda(wide, d.dtype), col0, alpha,
-                                    to_cuda(x, d.dtype), to_cuda(w, d.dtype), true, c0);
+                                    to_cuda(x, d.dtype), to_cuda(w, d.dtype), true,
+                                    kernels::Accumulate::kAdd, c0);
       expect_close(values(din_d), values(din_ref), 4 * d.rtol * std::sqrt(double(M)), 2 * d.rtol,
                    "din");
       expect_close(values(dw_d), values(dw_ref), 1e-2 * std::sqrt(double(N)), 1e-4, "dweight");
+      // kWrite: the old values (here not zero) are not read.
+      Tensor dw_w = to_cuda(exact_tensor({M, K}, 2405), DType::f32);
+      kernels::matmul_cols_backward(nullptr, dw_w, to_cuda(wide, d.dtype), col0, alpha,
+                                    to_cuda(x, d.dtype), to_cuda(w, d.dtype), false,
+                                    kernels::Accumulate::kWrite, c0);
+      expect_close(values(dw_w), values(dw_ref), 1e-2 * std::sqrt(double(N)), 1e-4,
+                   "dweight written");
       const std::vector<double> din_got = values(din_d), din_before = values(to_cuda(din0, d.dtype));
       for (int64_t i = 0; i < N; ++i) {
         for (int64_t k = 0; k < W; ++k) {

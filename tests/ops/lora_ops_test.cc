@@ -88,7 +88,8 @@ TEST(MatmulCols, ForwardAndBackwardEqualPlainLoops) {
         const std::vector<double> din0 = din_t.to_doubles();
         Tensor dw_t = exact_tensor({M, K}, dt, 35);
         const std::vector<double> dw0 = dw_t.to_doubles();
-        kernels::matmul_cols_backward(&din_t, dw_t, wide, col0, alpha, x, w, true, c0);
+        kernels::matmul_cols_backward(&din_t, dw_t, wide, col0, alpha, x, w, true,
+                                      kernels::Accumulate::kAdd, c0);
         std::vector<double> din_acc = din, dw_acc = dw;
         for (size_t i = 0; i < din.size(); ++i) din_acc[i] += din0[i];
         for (size_t i = 0; i < dw.size(); ++i) dw_acc[i] += dw0[i];
@@ -100,11 +101,31 @@ TEST(MatmulCols, ForwardAndBackwardEqualPlainLoops) {
           for (int64_t k = 0; k < K; ++k) din_written[i * W + c0 + k] = din[i * W + c0 + k];
         }
         Tensor frozen;
-        kernels::matmul_cols_backward(&din_w, frozen, wide, col0, alpha, x, w, false, c0);
+        kernels::matmul_cols_backward(&din_w, frozen, wide, col0, alpha, x, w, false,
+                                      kernels::Accumulate::kAdd, c0);
         expect_close(din_w.to_doubles(), din_written, 1e-6, 1e-6, "din written");
+        // kWrite: dweight's old values are not read.
+        Tensor dw_w = exact_tensor({M, K}, dt, 37);
+        kernels::matmul_cols_backward(nullptr, dw_w, wide, col0, alpha, x, w, false,
+                                      kernels::Accumulate::kWrite, c0);
+        expect_close(dw_w.to_doubles(), dw, 1e-6, 1e-6, "dweight written");
       }
     }
   }
+}
+
+// With no rows, kWrite writes dweight's zeros (kAdd leaves it).
+TEST(MatmulCols, WriteWithNoRowsGivesZeros) {
+  Tensor x = Tensor::empty({0, 4}, DType::f32), wide = Tensor::empty({0, 6}, DType::f32);
+  Tensor w = exact_tensor({3, 4}, DType::f32, 41);
+  Tensor dw = exact_tensor({3, 4}, DType::f32, 42);
+  const std::vector<double> before = dw.to_doubles();
+  kernels::matmul_cols_backward(nullptr, dw, wide, 1, 1.0f, x, w, false, kernels::Accumulate::kAdd,
+                                0);
+  EXPECT_EQ(dw.to_doubles(), before);
+  kernels::matmul_cols_backward(nullptr, dw, wide, 1, 1.0f, x, w, false,
+                                kernels::Accumulate::kWrite, 0);
+  EXPECT_EQ(dw.to_doubles(), std::vector<double>(12, 0.0));
 }
 
 // ---- dropout

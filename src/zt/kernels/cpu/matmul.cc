@@ -201,7 +201,7 @@ void matmul_cols_forward(Tensor& out, const Tensor& in, const Tensor& weight, in
 
 void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int64_t col0,
                           float alpha, const Tensor& in, const Tensor& weight, bool din_accumulate,
-                          int64_t in_col0, const Stream& s) {
+                          Accumulate dweight_mode, int64_t in_col0, const Stream& s) {
   const char* op = "matmul_cols_backward";
   const bool with_dweight = dweight.defined();
   ZT_ASSERT((!din || din->device().is_cpu()) && (!with_dweight || dweight.device().is_cpu()) &&
@@ -217,7 +217,11 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
   ZT_ASSERT(
       !with_dweight || (dweight.dtype() == accum_dtype(dt) && dweight.shape() == weight.shape()),
       "{}: dweight must be the accum dtype with weight's shape {}", op, weight.shape().str());
-  if (d.N == 0 || d.M == 0) return;
+  const bool write = dweight_mode == Accumulate::kWrite;
+  if (d.N == 0 || d.M == 0) {
+    if (with_dweight && write) dweight.zero();
+    return;
+  }
   auto run = [&](auto tag) {
     using T = decltype(tag);
     const T a = static_cast<T>(alpha);
@@ -226,9 +230,9 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
       gemm(CblasNoTrans, CblasNoTrans, d.N, d.K, d.M, a, g, d.Y, weight.data<T>(), d.K,
            din_accumulate ? T{1} : T{0}, din->data<T>() + in_col0, d.W);
     }
-    if (with_dweight) {  // dweight (M,K) += alpha g^T (M,N) @ in[:, in block] (N,K)
-      gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, a, g, d.Y, in.data<T>() + in_col0, d.W, T{1},
-           dweight.data<T>(), d.K);
+    if (with_dweight) {  // dweight (M,K) (+)= alpha g^T (M,N) @ in[:, in block] (N,K)
+      gemm(CblasTrans, CblasNoTrans, d.M, d.K, d.N, a, g, d.Y, in.data<T>() + in_col0, d.W,
+           write ? T{0} : T{1}, dweight.data<T>(), d.K);
     }
   };
   if (dt == DType::f32) {

@@ -290,7 +290,7 @@ void matmul_cols_forward(Tensor& out, const Tensor& in, const Tensor& weight, in
 
 void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int64_t col0,
                           float alpha, const Tensor& in, const Tensor& weight, bool din_accumulate,
-                          int64_t in_col0, const Stream& s) {
+                          Accumulate dweight_mode, int64_t in_col0, const Stream& s) {
   const char* op = "matmul_cols_backward";
   const DType dt = gemm_operands_check(in, weight, op);
   const ColsDims d = cuda_cols_dims(in, weight, dout, col0, in_col0, op, "dout");
@@ -319,7 +319,7 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
   if (dweight.defined()) {
     check_dtype(dweight, DType::f32, op, "dweight");
     check_numel(dweight, d.M * d.K, op, "dweight");
-    GemmArgs g;  // dweight (M,K) += alpha block^T (M,N) @ in (N,K)
+    GemmArgs g;  // dweight (M,K) (+)= alpha block^T (M,N) @ in[:, in block] (N,K)
     g.rows = d.M;
     g.cols = d.K;
     g.inner = d.N;
@@ -332,8 +332,12 @@ void matmul_cols_backward(Tensor* din, Tensor& dweight, const Tensor& dout, int6
     g.ab_dtype = dt;
     g.c_dtype = DType::f32;
     g.alpha = alpha;
-    g.beta = 1.0f;
-    if (d.N > 0) gemm(g, stream);
+    g.beta = dweight_mode == Accumulate::kWrite ? 0.0f : 1.0f;
+    if (d.N > 0) {
+      gemm(g, stream);
+    } else if (dweight_mode == Accumulate::kWrite) {
+      dweight.zero(s);
+    }
   }
 }
 

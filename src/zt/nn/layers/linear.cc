@@ -138,30 +138,43 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
       u = Tensor::empty({N, R}, ctx.compute_dtype, ctx.device, s);
       kernels::matmul_forward(u, h, a_all, nullptr, s);
     }
+    // Each gradient is written by its GEMM where the pass has not written it yet (beta 0: no
+    // clear first, no read of the buffer), and added to after (Param::grad_unwritten).
+    using kernels::Accumulate;
     Tensor du = Tensor::empty({N, R}, ctx.compute_dtype, ctx.device, s);
-    bool da_together = true;  // the A gradients back to back: one dA GEMM
+    bool da_together = true;  // the A gradients back to back, all written or all unwritten
     for (size_t j = 0; j < g.count; ++j) {
       const LoraAdapter& a = adapters_[g.first + j];
       const int64_t c0 = static_cast<int64_t>(j) * g.r;
-      kernels::matmul_cols_backward(&du, grad_for_add(*a.b, s), dout2, a.row0, a.scale, u,
-                                    a.b->value, /*din_accumulate=*/false, c0, s);
-      (void)grad_for_add(*a.a, s);  // (cleared where unwritten: the GEMMs below add into it)
-      if (j > 0) da_together = da_together && follows(adapters_[g.first + j - 1].a->grad, a.a->grad);
+      const Accumulate db_mode = grad_write(*a.b) ? Accumulate::kWrite : Accumulate::kAdd;
+      kernels::matmul_cols_backward(&du, a.b->grad, dout2, a.row0, a.scale, u, a.b->value,
+                                    /*din_accumulate=*/false, db_mode, c0, s);
+      if (j > 0) {
+        const Param& prev = *adapters_[g.first + j - 1].a;
+        da_together = da_together && follows(prev.grad, a.a->grad) &&
+                      prev.grad_unwritten == a.a->grad_unwritten;
+      }
     }
-    Tensor da_all = da_together ? first.a->grad.extend({R, in_}) : Tensor();
     const bool dropout = dropout_on(first, ctx.mode == Mode::kTrain);
     Tensor dh;
     if (din != nullptr && dropout) dh = Tensor::empty({N, in_}, ctx.compute_dtype, ctx.device, s);
     // din target: the input gradient itself (du A accumulated by the GEMM), or dh for dropout.
     Tensor* dx = din == nullptr ? nullptr : dropout ? &dh : &din2;
     if (da_together) {
+      Accumulate da_mode = Accumulate::kAdd;
+      for (size_t j = 0; j < g.count; ++j) {
+        if (grad_write(*adapters_[g.first + j].a)) da_mode = Accumulate::kWrite;
+      }
+      Tensor da_all = first.a->grad.extend({R, in_});
       kernels::matmul_cols_backward(dx, da_all, du, 0, 1.0f, h, a_all,
-                                    /*din_accumulate=*/!dropout, 0, s);
+                                    /*din_accumulate=*/!dropout, da_mode, 0, s);
     } else {
       for (size_t j = 0; j < g.count; ++j) {
         const LoraAdapter& a = adapters_[g.first + j];
+        const Accumulate da_mode = grad_write(*a.a) ? Accumulate::kWrite : Accumulate::kAdd;
         kernels::matmul_cols_backward(dx, a.a->grad, du, static_cast<int64_t>(j) * g.r, 1.0f, h,
-                                      a.a->value, /*din_accumulate=*/!dropout || j > 0, 0, s);
+                                      a.a->value, /*din_accumulate=*/!dropout || j > 0, da_mode,
+                                      0, s);
       }
     }
     if (dh.defined()) {
