@@ -55,6 +55,19 @@ TEST(LoraOpsCuda, DropoutMatchesCpuBitExact) {
   }
 }
 
+// (rows x width) values outside columns [c0, c0 + n) equal `before`'s, bit for bit.
+void expect_untouched_outside(const std::vector<double>& got, const std::vector<double>& before,
+                              int64_t rows, int64_t width, int64_t c0, int64_t n,
+                              const char* what) {
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      if (j >= c0 && j < c0 + n) continue;
+      ASSERT_EQ(got[i * width + j], before[i * width + j])
+          << what << " row " << i << " column " << j;
+    }
+  }
+}
+
 // The column-block GEMMs (a strided C, A read with a row stride) against the CPU's; `in` (and
 // din) either (N, K) or a wider (N, W) used at columns [in_col0, in_col0+K) (adapters' u side by
 // side), din's other columns untouched.
@@ -81,14 +94,8 @@ TEST(LoraOpsCuda, MatmulColsMatchCpu) {
                                    c0);
       expect_close(values(out_d), values(out_ref), 2 * d.rtol * std::sqrt(double(K)), 2 * d.rtol,
                    "out");
-      // Columns outside the block are untouched, bit for bit.
-      const std::vector<double> got = values(out_d), before = values(to_cuda(wide, d.dtype));
-      for (int64_t i = 0; i < N; ++i) {
-        for (int64_t j = 0; j < Y; ++j) {
-          if (j >= col0 && j < col0 + M) continue;
-          ASSERT_EQ(got[i * Y + j], before[i * Y + j]) << "row " << i << " column " << j;
-        }
-      }
+      expect_untouched_outside(values(out_d), values(to_cuda(wide, d.dtype)), N, Y, col0, M,
+                               "out");
       Tensor din_d = to_cuda(din0, d.dtype);
       Tensor dw_d = Tensor::zeros({M, K}, DType::f32, Device::cuda(0));
       kernels::matmul_cols_backward(&din_d, dw_d, to_cuda(wide, d.dtype), col0, alpha,
@@ -104,13 +111,7 @@ TEST(LoraOpsCuda, MatmulColsMatchCpu) {
                                     kernels::Accumulate::kWrite, c0);
       expect_close(values(dw_w), values(dw_ref), 1e-2 * std::sqrt(double(N)), 1e-4,
                    "dweight written");
-      const std::vector<double> din_got = values(din_d), din_before = values(to_cuda(din0, d.dtype));
-      for (int64_t i = 0; i < N; ++i) {
-        for (int64_t k = 0; k < W; ++k) {
-          if (k >= c0 && k < c0 + K) continue;
-          ASSERT_EQ(din_got[i * W + k], din_before[i * W + k]) << "din row " << i << " column " << k;
-        }
-      }
+      expect_untouched_outside(values(din_d), values(to_cuda(din0, d.dtype)), N, W, c0, K, "din");
     }
   }
 }

@@ -283,6 +283,15 @@ struct LoraRun {
   size_t base_units = 0;
 };
 
+// The adapters train_lora puts on llama-tiny (rank 4, dropout 0.1, three modules).
+tasks::LoraOptions tiny_lora(bool only_optimize) {
+  return {.r = 4,
+          .alpha = 8.0f,
+          .dropout = 0.1f,
+          .modules = {"q_proj", "v_proj", "down_proj"},
+          .only_optimize = only_optimize};
+}
+
 // llama-tiny with rank-4 adapters, AdamW with weight decay, three steps.
 LoraRun train_lora(int stage, bool offload, bool only_optimize, const std::string& save_dir = "") {
   const std::string json = fmt::format(
@@ -296,12 +305,7 @@ LoraRun train_lora(int stage, bool offload, bool only_optimize, const std::strin
   nn::Transformer model(*mc);
   LoraRun out;
   out.base_units = model.units().size();
-  EXPECT_TRUE(tasks::lora_apply(model, {.r = 4,
-                                        .alpha = 8.0f,
-                                        .dropout = 0.1f,
-                                        .modules = {"q_proj", "v_proj", "down_proj"},
-                                        .only_optimize = only_optimize})
-                  .is_ok());
+  EXPECT_TRUE(tasks::lora_apply(model, tiny_lora(only_optimize)).is_ok());
   auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 5});
   EXPECT_TRUE(e.is_ok()) << e.status().message();
   for (size_t u = out.base_units; u < model.units().size(); ++u) {
@@ -514,12 +518,7 @@ TEST(Lora, CheckpointOfAnotherParameterOrderLoadsByName) {
   auto mc = nn::model_config_named("llama-tiny");
   ASSERT_TRUE(mc.is_ok());
   nn::Transformer model(*mc);
-  ASSERT_TRUE(tasks::lora_apply(model, {.r = 4,
-                                        .alpha = 8.0f,
-                                        .dropout = 0.1f,
-                                        .modules = {"q_proj", "v_proj", "down_proj"},
-                                        .only_optimize = true})
-                  .is_ok());
+  ASSERT_TRUE(tasks::lora_apply(model, tiny_lora(/*only_optimize=*/true)).is_ok());
   auto e = initialize(model, *cfg, {.device = Device::cpu(), .seed = 77});
   ASSERT_TRUE(e.is_ok()) << e.status().message();
   auto loaded = (*e)->load_checkpoint(tmp.file("ckpt"));
