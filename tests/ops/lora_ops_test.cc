@@ -52,7 +52,8 @@ TEST(MatmulCols, ForwardAndBackwardEqualPlainLoops) {
   struct InBlock {
     int64_t W, in_col0;
   };
-  for (const InBlock ib : {InBlock{K, 0}, InBlock{K + 6, 0}, InBlock{K + 6, 4}, InBlock{K + 6, 6}}) {
+  for (const InBlock ib :
+       {InBlock{K, 0}, InBlock{K + 6, 0}, InBlock{K + 6, 4}, InBlock{K + 6, 6}}) {
     const int64_t W = ib.W, c0 = ib.in_col0;
     for (DType dt : {DType::f32, DType::f64}) {
       for (int64_t col0 : {int64_t{0}, int64_t{9}, Y - M}) {

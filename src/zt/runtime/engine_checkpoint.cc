@@ -49,8 +49,9 @@ bool saved_layout_matches(const nlohmann::json& saved, nn::Unit& m) {
   if (!list.is_array() || list.size() != params.size()) return false;
   for (size_t i = 0; i < params.size(); ++i) {
     const nlohmann::json& q = list[i];
-    if (q.value("name", "") != params[i]->name || q.value("offset", int64_t{-1}) != params[i]->offset ||
-        q.value("shape", std::vector<int64_t>{}) != params[i]->shape.to_vector()) {
+    const nn::Param& p = *params[i];
+    if (q.value("name", "") != p.name || q.value("offset", int64_t{-1}) != p.offset ||
+        q.value("shape", std::vector<int64_t>{}) != p.shape.to_vector()) {
       return false;
     }
   }

@@ -165,7 +165,8 @@ struct ThreeAdapters {
     nn::Param* b[3];
     for (int j = 0; j < 3; ++j) {
       a[j] = &adapters.add_param(fmt::format("a{}", j), {kRank, kIn}, nn::ParamInit::kNormal);
-      if (!stacked) b[j] = &adapters.add_param(fmt::format("b{}", j), {rows[j], kRank}, nn::ParamInit::kNormal);
+      if (!stacked)
+        b[j] = &adapters.add_param(fmt::format("b{}", j), {rows[j], kRank}, nn::ParamInit::kNormal);
     }
     for (int j = 0; stacked && j < 3; ++j) {
       b[j] = &adapters.add_param(fmt::format("b{}", j), {rows[j], kRank}, nn::ParamInit::kNormal);
@@ -531,8 +532,10 @@ TEST(Lora, CheckpointOfAnotherParameterOrderLoadsByName) {
     for (size_t i = 0; i < got.size(); ++i) {
       const int64_t at = static_cast<int64_t>(i);
       size_t from = i;  // where this element's value was saved
-      if (u == lora0 && at >= q_at && at < q_at + numel) from = static_cast<size_t>(v_at + at - q_at);
-      if (u == lora0 && at >= v_at && at < v_at + numel) from = static_cast<size_t>(q_at + at - v_at);
+      if (u == lora0 && at >= q_at && at < q_at + numel)
+        from = static_cast<size_t>(v_at + at - q_at);
+      if (u == lora0 && at >= v_at && at < v_at + numel)
+        from = static_cast<size_t>(q_at + at - v_at);
       ASSERT_EQ(got[i], want[from]) << "unit " << u << " element " << i;
     }
   }

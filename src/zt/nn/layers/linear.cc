@@ -173,8 +173,7 @@ void Linear::backward(Context& ctx, const Tensor& dout, const Tensor& x, Tensor*
         const LoraAdapter& a = adapters_[g.first + j];
         const Accumulate da_mode = grad_write(*a.a) ? Accumulate::kWrite : Accumulate::kAdd;
         kernels::matmul_cols_backward(dx, a.a->grad, du, static_cast<int64_t>(j) * g.r, 1.0f, h,
-                                      a.a->value, /*din_accumulate=*/!dropout || j > 0, da_mode,
-                                      0, s);
+                                      a.a->value, /*din_accumulate=*/!dropout, da_mode, 0, s);
       }
     }
     if (dh.defined()) {
